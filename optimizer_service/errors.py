@@ -1,0 +1,18 @@
+"""Errors the planning core raises for bad input.
+
+Every error a user can cause is an :class:`InvalidInputError` whose message is
+one readable line naming the bad value and, where possible, how to fix it. The
+shell (CLI, and later gRPC) maps it to exit code 2 / INVALID_ARGUMENT in one
+place; nothing in the core prints or exits.
+"""
+
+from __future__ import annotations
+
+
+class InvalidInputError(ValueError):
+    """A request the planner cannot serve because its input is wrong."""
+
+
+class SearchBoundError(InvalidInputError):
+    """The requested search would exceed a configured bound (placements,
+    synthesis devices, program size, search states)."""

@@ -1,0 +1,278 @@
+"""System topology: the hardware hierarchy and the links between its devices.
+
+P² §2 models a system as (1) a hierarchy of levels, each with a name and a
+cardinality (``[(node, 4), (gpu, 16)]``: 4 nodes of 16 GPUs), and (2) switched
+interconnects. Devices are the leaves; device ``g`` has one index per level
+and ``g`` is their mixed-radix number, outermost level most significant.
+
+A :class:`Link` says which traffic it carries and how fast:
+
+* ``levels`` — the hierarchy levels it joins devices at: a transfer between
+  devices ``u`` and ``v`` whose indices first differ at level ``L`` crosses
+  every link that lists ``L``. In ``gcp-v100-2n`` a cross-node transfer crosses
+  both the PCIe link and the NIC, so both list ``node``; intra-node traffic
+  uses the NVLink ring (level ``gpu``).
+* ``bandwidth`` (bytes/s, per direction) and ``latency`` (s) of one instance.
+* ``shared_by`` — how many consecutive devices share one instance (a node's
+  NIC is shared by all its GPUs; an NVSwitch port belongs to one GPU).
+
+Topologies are values: built from a dict or YAML text (``from_yaml``), written
+back by ``to_yaml`` (round-trip), and validated on construction with messages
+that name the bad field and value. Reading files and presets is the shell's job
+(:mod:`optimizer_service.catalog`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import yaml
+
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.units import (
+    format_rate,
+    format_seconds,
+    parse_rate,
+    parse_seconds,
+)
+
+#: Name of the level the synthesis hierarchy adds above all others (P² App. B).
+ROOT_LEVEL = "root"
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of the hardware hierarchy: ``cardinality`` instances per parent."""
+
+    name: str
+    cardinality: int
+
+    def __str__(self) -> str:
+        return f"({self.name}, {self.cardinality})"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A class of interconnect, e.g. a node's NIC or a GPU's NVSwitch port."""
+
+    name: str
+    levels: tuple[str, ...]
+    bandwidth: float
+    latency: float
+    shared_by: int = 1
+
+    def __str__(self) -> str:
+        return (f"{self.name}@{','.join(self.levels)} {format_rate(self.bandwidth)} "
+                f"{format_seconds(self.latency)} shared_by={self.shared_by}")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A hierarchy of levels plus the links that carry traffic between them."""
+
+    name: str
+    levels: tuple[Level, ...]
+    links: tuple[Link, ...]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # ----------------------------------------------------------------- shape
+    @property
+    def hierarchy(self) -> tuple[int, ...]:
+        """Cardinalities, outermost first (P²'s ``H``, e.g. ``(4, 16)``)."""
+        return tuple(level.cardinality for level in self.levels)
+
+    @property
+    def level_names(self) -> tuple[str, ...]:
+        return tuple(level.name for level in self.levels)
+
+    @cached_property
+    def device_count(self) -> int:
+        return math.prod(self.hierarchy)
+
+    def level_index(self, name: str) -> int:
+        for index, level in enumerate(self.levels):
+            if level.name == name:
+                return index
+        raise InvalidInputError(
+            f"topology {self.name!r} has no level {name!r}; its levels are {', '.join(self.level_names)}")
+
+    def devices_per_instance(self, level: int) -> int:
+        """How many devices one instance of ``level`` contains (1 for the leaf level)."""
+        return math.prod(self.hierarchy[level + 1:])
+
+    def links_at(self, level: int) -> tuple[Link, ...]:
+        """The links a transfer crosses when its endpoints first differ at ``level``."""
+        name = self.levels[level].name
+        return tuple(link for link in self.links if name in link.levels)
+
+    def describe(self) -> str:
+        """Multi-line human description (``p2 topology show``)."""
+        lines = [f"topology {self.name}: {self.device_count} devices, hierarchy "
+                 f"[{' '.join(str(c) for c in self.hierarchy)}]"]
+        if self.description:
+            lines.append(f"  {self.description}")
+        lines.append("  levels (outermost first):")
+        for index, level in enumerate(self.levels):
+            lines.append(f"    {level.name:<10} x{level.cardinality:<5} "
+                         f"{self.devices_per_instance(index)} device(s) per {level.name}")
+        lines.append("  links:")
+        for link in self.links:
+            instances = self.device_count // link.shared_by
+            lines.append(f"    {link.name:<10} joins at {','.join(link.levels):<12} "
+                         f"{format_rate(link.bandwidth):>10} per direction, latency "
+                         f"{format_seconds(link.latency):>6}, shared by {link.shared_by} "
+                         f"device(s) ({instances} instance(s))")
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------ text form
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name}
+        if self.description:
+            data["description"] = self.description
+        data["levels"] = [{"name": lv.name, "cardinality": lv.cardinality} for lv in self.levels]
+        data["links"] = [
+            {
+                "name": link.name,
+                "levels": list(link.levels),
+                "bandwidth": format_rate(link.bandwidth),
+                "latency": format_seconds(link.latency),
+                "shared_by": link.shared_by,
+            }
+            for link in self.links
+        ]
+        return data
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "topology") -> Topology:
+        if not isinstance(data, dict):
+            raise InvalidInputError(f"{source}: expected a mapping with 'name', 'levels' and 'links'")
+        _check_keys(data, {"name", "description", "levels", "links"}, {"levels", "links"}, source)
+        name = data.get("name", source)
+        if not isinstance(name, str) or not name:
+            raise InvalidInputError(f"{source}: 'name' must be a non-empty string")
+        levels_raw = data["levels"]
+        if not isinstance(levels_raw, list) or not levels_raw:
+            raise InvalidInputError(f"{source}: 'levels' must be a non-empty list")
+        links_raw = data["links"]
+        if not isinstance(links_raw, list):
+            raise InvalidInputError(f"{source}: 'links' must be a list")
+        levels = tuple(_level_from(item, i, source) for i, item in enumerate(levels_raw))
+        links = tuple(_link_from(item, i, source) for i, item in enumerate(links_raw))
+        description = data.get("description", "")
+        if not isinstance(description, str):
+            raise InvalidInputError(f"{source}: 'description' must be a string")
+        return cls(name=name, levels=levels, links=links, description=description)
+
+    @classmethod
+    def from_yaml(cls, text: str, *, source: str = "topology") -> Topology:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(exc, "problem", None) or "cannot be parsed"
+            raise InvalidInputError(f"{source}: malformed YAML{where}: {problem}") from None
+        return cls.from_dict(data, source=source)
+
+
+def _check_keys(data: dict, allowed: set[str], required: set[str], where: str) -> None:
+    unknown = sorted(set(map(str, data)) - allowed)
+    if unknown:
+        raise InvalidInputError(
+            f"{where}: unknown field {unknown[0]!r} (expected {', '.join(sorted(allowed))})")
+    missing = sorted(required - set(data))
+    if missing:
+        raise InvalidInputError(f"{where}: missing field {missing[0]!r}")
+
+
+def _level_from(item: Any, index: int, source: str) -> Level:
+    where = f"{source}: levels[{index}]"
+    if not isinstance(item, dict):
+        raise InvalidInputError(f"{where} must be a mapping with 'name' and 'cardinality'")
+    _check_keys(item, {"name", "cardinality"}, {"name", "cardinality"}, where)
+    cardinality = item["cardinality"]
+    if isinstance(cardinality, bool) or not isinstance(cardinality, int):
+        raise InvalidInputError(f"{where}: cardinality {cardinality!r} must be a whole number")
+    return Level(name=str(item["name"]), cardinality=cardinality)
+
+
+def _link_from(item: Any, index: int, source: str) -> Link:
+    where = f"{source}: links[{index}]"
+    if not isinstance(item, dict):
+        raise InvalidInputError(f"{where} must be a mapping")
+    allowed = {"name", "level", "levels", "bandwidth", "latency", "shared_by"}
+    _check_keys(item, allowed, {"name", "bandwidth", "latency"}, where)
+    if ("level" in item) == ("levels" in item):
+        raise InvalidInputError(f"{where}: give exactly one of 'level' (a name) or 'levels' (a list)")
+    levels = item.get("levels", [item.get("level")])
+    if isinstance(levels, str) or not isinstance(levels, list) or not levels:
+        raise InvalidInputError(f"{where}: 'levels' must be a non-empty list of level names")
+    shared_by = item.get("shared_by", 1)
+    if isinstance(shared_by, bool) or not isinstance(shared_by, int):
+        raise InvalidInputError(f"{where}: shared_by {shared_by!r} must be a whole number")
+    try:
+        bandwidth = parse_rate(item["bandwidth"])
+        latency = parse_seconds(item["latency"])
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"{where} ({item['name']}): {exc}") from None
+    return Link(name=str(item["name"]), levels=tuple(str(x) for x in levels),
+                bandwidth=bandwidth, latency=latency, shared_by=shared_by)
+
+
+def _validate(topology: Topology) -> None:
+    where = f"topology {topology.name!r}"
+    if not topology.levels:
+        raise InvalidInputError(f"{where}: needs at least one level")
+    seen: set[str] = set()
+    for level in topology.levels:
+        if not _NAME.match(level.name):
+            raise InvalidInputError(
+                f"{where}: level name {level.name!r} must start with a letter and use letters, digits, '_' or '-'")
+        if level.name == ROOT_LEVEL:
+            raise InvalidInputError(f"{where}: level name {ROOT_LEVEL!r} is reserved for the synthesis root")
+        if level.name in seen:
+            raise InvalidInputError(f"{where}: level name {level.name!r} appears twice")
+        seen.add(level.name)
+        if isinstance(level.cardinality, bool) or not isinstance(level.cardinality, int) or level.cardinality < 1:
+            raise InvalidInputError(
+                f"{where}: level {level.name!r} has cardinality {level.cardinality!r}; it must be a whole number >= 1")
+    link_names: set[str] = set()
+    for link in topology.links:
+        if not _NAME.match(link.name):
+            raise InvalidInputError(f"{where}: link name {link.name!r} must start with a letter")
+        if link.name in link_names:
+            raise InvalidInputError(f"{where}: link name {link.name!r} appears twice")
+        link_names.add(link.name)
+        if not link.bandwidth > 0 or not math.isfinite(link.bandwidth):
+            raise InvalidInputError(f"{where}: link {link.name!r} has bandwidth {link.bandwidth!r}; it must be > 0")
+        if not link.latency >= 0 or not math.isfinite(link.latency):
+            raise InvalidInputError(f"{where}: link {link.name!r} has latency {link.latency!r}; it must be >= 0")
+        if isinstance(link.shared_by, bool) or not isinstance(link.shared_by, int) or link.shared_by < 1:
+            raise InvalidInputError(f"{where}: link {link.name!r} has shared_by {link.shared_by!r}; it must be >= 1")
+        for level_name in link.levels:
+            if level_name not in seen:
+                raise InvalidInputError(
+                    f"{where}: link {link.name!r} joins devices at unknown level {level_name!r}; "
+                    f"levels are {', '.join(topology.level_names)}")
+            index = topology.level_index(level_name)
+            per_instance = topology.devices_per_instance(index)
+            if per_instance % link.shared_by:
+                raise InvalidInputError(
+                    f"{where}: link {link.name!r} is shared by {link.shared_by} devices, which does not divide "
+                    f"the {per_instance} device(s) of one {level_name!r}")
+    for index, level in enumerate(topology.levels):
+        if level.cardinality > 1 and not topology.links_at(index):
+            raise InvalidInputError(
+                f"{where}: no link joins devices at level {level.name!r}; add a link with level: {level.name}")
