@@ -1,0 +1,105 @@
+"""Explain one reduction program on a placement: its lowered steps, predicted
+times and the device states after each step — or which step is invalid and why.
+
+This is what ``p2 synth --explain "<program>"`` shows. States are those of the
+synthesis hierarchy's devices (one reduction group; every other group does the
+same thing on its own devices).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from optimizer_service.collective import Collective
+from optimizer_service.costmodel import Algorithm, CostModel
+from optimizer_service.dsl import Program, Reduction
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.hierarchy import SynthesisHierarchy
+from optimizer_service.lowering import LoweredStep, PlacementMap, active_step
+from optimizer_service.placement import ParallelismMatrix, check_axes, enumerate_matrices
+from optimizer_service.semantics import (
+    DeviceState,
+    apply_step,
+    final_context,
+    initial_context,
+    why_invalid,
+)
+from optimizer_service.topology import Topology
+
+
+@dataclass(frozen=True)
+class ExplainedStep:
+    reduction: Reduction
+    lowered: LoweredStep
+    predicted_seconds: float
+    states_after: tuple[DeviceState, ...]
+    changes_state: bool
+
+
+@dataclass(frozen=True)
+class Explanation:
+    matrix: ParallelismMatrix
+    hierarchy: SynthesisHierarchy
+    program: Program
+    initial_states: tuple[DeviceState, ...]
+    steps: tuple[ExplainedStep, ...]
+    error: str | None
+    reaches_final: bool
+    allreduce_seconds: float
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None and self.reaches_final
+
+    @property
+    def predicted_seconds(self) -> float:
+        return sum(step.predicted_seconds for step in self.steps)
+
+
+def explain_program(topology: Topology, axes: Sequence[int], reduce: Sequence[int], program: Program,
+                    nbytes: int, algorithm: Algorithm = Algorithm.RING,
+                    matrix: ParallelismMatrix | None = None) -> list[Explanation]:
+    """Explain ``program`` on ``matrix``, or on every placement if none is given."""
+    reduce_sorted = check_axes(topology.hierarchy, tuple(axes), tuple(reduce))
+    if matrix is not None:
+        if matrix.hierarchy != topology.hierarchy or matrix.axes != tuple(axes):
+            raise InvalidInputError(
+                f"matrix {matrix} has column products {list(matrix.hierarchy)} and row products "
+                f"{list(matrix.axes)}; it must match the hierarchy {list(topology.hierarchy)} and axes {list(axes)}")
+        matrices = [matrix]
+    else:
+        matrices = list(enumerate_matrices(topology.hierarchy, axes))
+    model = CostModel(topology, algorithm)
+    return [_explain_one(topology, m, reduce_sorted, program, nbytes, model) for m in matrices]
+
+
+def _explain_one(topology: Topology, matrix: ParallelismMatrix, reduce: tuple[int, ...], program: Program,
+                 nbytes: int, model: CostModel) -> Explanation:
+    hierarchy = SynthesisHierarchy.for_reduction(matrix, topology.level_names, reduce)
+    k = hierarchy.device_count
+    placement = PlacementMap.build(matrix, reduce)
+    allreduce = model.step_seconds(Collective.ALL_REDUCE, placement.reduction_groups, float(nbytes)) if k > 1 else 0.0
+    context = initial_context(k)
+    initial = tuple(DeviceState(s) for s in context)
+    steps: list[ExplainedStep] = []
+    error = None
+    for number, reduction in enumerate(program.reductions, start=1):
+        try:
+            groups = hierarchy.groups_for(reduction)
+        except InvalidInputError as exc:
+            error = f"step {number} ({reduction}): {exc}"
+            break
+        after = apply_step(context, reduction.collective, groups)
+        if after is None:
+            error = f"step {number} ({reduction}) is invalid: {why_invalid(reduction.collective, context, groups)}"
+            break
+        active = active_step(reduction.collective, groups, context, k)
+        placed = placement.place(active.groups)
+        seconds = model.step_seconds(active.collective, placed, float(active.input_fraction * nbytes))
+        lowered = LoweredStep(active.collective, tuple(map(tuple, placed.tolist())), active.input_fraction)
+        steps.append(ExplainedStep(reduction, lowered, seconds, tuple(DeviceState(s) for s in after),
+                                   after != context))
+        context = after
+    return Explanation(matrix, hierarchy, program, initial, tuple(steps), error,
+                       error is None and context == final_context(k), allreduce)
