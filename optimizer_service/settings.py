@@ -1,0 +1,27 @@
+"""The one settings object. Built by the CLI (or a server) and passed in;
+nothing reads the environment at import time. Every field can be set through
+an environment variable ``P2_<FIELD>`` (e.g. ``P2_MAX_PLACEMENTS=50000``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from optimizer_service.planner import Limits
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="P2_", extra="ignore", frozen=True)
+
+    max_devices: int = Field(65_536, ge=1, description="largest topology (devices) the planner accepts")
+    max_placements: int = Field(10_000, ge=1, description="most parallelism matrices one request may explore")
+    max_synthesis_devices: int = Field(
+        4_096, ge=1, description="largest reduction group (devices) programs are synthesized for")
+    max_program_size: int = Field(8, ge=1, description="largest --max-size a request may ask for")
+    max_search_states: int = Field(200_000, ge=1, description="most search states one synthesis may visit")
+    log_level: str = Field("WARNING", description="logging level of the p2 command")
+
+    def limits(self) -> Limits:
+        return Limits(max_devices=self.max_devices, max_placements=self.max_placements,
+                      max_synthesis_devices=self.max_synthesis_devices,
+                      max_program_size=self.max_program_size, max_states=self.max_search_states)
