@@ -1,0 +1,111 @@
+"""The simulator's formulas (module docstring of costmodel.py) on cases small enough to do by hand."""
+
+import numpy as np
+import pytest
+
+from optimizer_service.catalog import load_topology
+from optimizer_service.collective import Collective
+from optimizer_service.costmodel import Algorithm, CostModel, tree_edges
+from optimizer_service.dsl import Program
+from optimizer_service.hierarchy import SynthesisHierarchy
+from optimizer_service.lowering import lower_program
+from optimizer_service.placement import ParallelismMatrix
+
+A100 = load_topology("gcp-a100-2n")      # 2 nodes x 16, NVSwitch 270 GB/s 3 us, NIC 8 GB/s 30 us per node
+V100 = load_topology("gcp-v100-2n")      # 2 nodes x 8, NVLink 135 GB/s, PCIe 32 GB/s per 4, NIC 8 GB/s per node
+N = 2**28
+AR, RS, AG, RD, BC = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER,
+                      Collective.REDUCE, Collective.BROADCAST)
+
+
+def groups(*gs):
+    return np.array(gs, dtype=np.int64)
+
+
+def test_ring_allreduce_inside_a_node():
+    seconds = CostModel(A100).step_seconds(AR, groups(list(range(16))), N)
+    assert seconds == pytest.approx(2 * 15 * 3e-6 + 2 * 15 / 16 * N / 270e9)
+
+
+@pytest.mark.parametrize("collective,volume,rounds", [
+    (RS, 3 / 4, 3), (AG, 3.0, 3), (RD, 1.0, 3), (BC, 1.0, 3)])
+def test_ring_formulas(collective, volume, rounds):
+    seconds = CostModel(A100).step_seconds(collective, groups([0, 1, 2, 3]), N)
+    assert seconds == pytest.approx(rounds * 3e-6 + volume * N / 270e9)
+
+
+def test_groups_crossing_one_nic_share_it():
+    model = CostModel(A100)
+    one = model.step_seconds(AR, groups([0, 16]), N)
+    sixteen = model.step_seconds(AR, groups(*[[g, 16 + g] for g in range(16)]), N)
+    assert one == pytest.approx(2 * 30e-6 + N / 8e9)
+    assert sixteen == pytest.approx(2 * 30e-6 + 16 * N / 8e9)
+
+
+def test_a_step_takes_as_long_as_its_slowest_group():
+    model = CostModel(A100)
+    cross = model.step_seconds(AR, groups([0, 16]), N)
+    local = model.step_seconds(AR, groups([1, 2]), N)
+    both = model.step_seconds(AR, groups([0, 16], [1, 2]), N)
+    assert local < cross == pytest.approx(both)
+
+
+def test_traffic_crosses_every_link_of_its_level():
+    # V100: a cross-node flow crosses PCIe (32 GB/s per 4 GPUs) and the NIC (8 GB/s per node):
+    # latencies add, the most loaded link paces it.
+    seconds = CostModel(V100).step_seconds(AR, groups([0, 8]), N)
+    assert seconds == pytest.approx(2 * (2e-6 + 30e-6) + N / 8e9)
+    # Eight pairs share the NIC (8 x N) and each PCIe switch (4 x N at 4x the bandwidth): the NIC wins.
+    seconds = CostModel(V100).step_seconds(AR, groups(*[[g, 8 + g] for g in range(8)]), N)
+    assert seconds == pytest.approx(2 * (2e-6 + 30e-6) + 8 * N / 8e9)
+
+
+def test_two_member_tree_equals_ring():
+    ring = CostModel(A100, Algorithm.RING).step_seconds(AR, groups([0, 16]), N)
+    tree = CostModel(A100, Algorithm.TREE).step_seconds(AR, groups([0, 16]), N)
+    assert tree == pytest.approx(ring)
+
+
+def test_tree_reduce_depth_and_fan_in():
+    topo = load_topology("gcp-a100-4n")
+    # One GPU on each of 4 nodes: binary heap 0 <- 1, 0 <- 2, 1 <- 3; depth 2; node 0 receives 2N.
+    seconds = CostModel(topo, Algorithm.TREE).step_seconds(RD, groups([0, 16, 32, 48]), N)
+    assert seconds == pytest.approx(2 * 30e-6 + 2 * N / 8e9)
+
+
+def test_trees_are_hierarchy_aware():
+    # 4 GPUs on each of 2 nodes: one edge crosses the nodes, the rest stay inside.
+    members = [0, 1, 2, 3, 16, 17, 18, 19]
+    edges, depth = tree_edges(members, (16, 1))
+    crossing = [(c, p) for c, p in edges if (members[c] // 16) != (members[p] // 16)]
+    assert len(edges) == 7 and crossing == [(4, 0)]
+    assert depth == 3
+
+
+def test_tree_allreduce_halves_nic_traffic_across_two_nodes():
+    flat = groups(list(range(32)))
+    ring = CostModel(A100, Algorithm.RING).step_seconds(AR, flat, N)
+    tree = CostModel(A100, Algorithm.TREE).step_seconds(AR, flat, N)
+    # Ring: two edges cross, each carrying 2(p-1)/p N; double tree: N/2 up + N/2 down per tree edge.
+    assert ring == pytest.approx(2 * 31 * 30e-6 + 2 * 31 / 32 * N / 8e9)
+    assert tree < ring
+
+
+def test_program_is_the_sum_of_its_steps():
+    matrix = ParallelismMatrix(((2, 16),))
+    hierarchy = SynthesisHierarchy.for_reduction(matrix, ["node", "gpu"], [0])
+    program = lower_program(Program.parse(
+        "node InsideGroup ReduceScatter; node Parallel(root) AllReduce; node InsideGroup AllGather"),
+        hierarchy, matrix, [0])
+    model = CostModel(A100)
+    steps = [model.lowered_step_seconds(s, N) for s in program.steps]
+    assert model.program_seconds(program, N) == pytest.approx(sum(steps))
+    # The cross-node AllReduce moves N/16 per device over 16 pairs sharing the NIC: N per direction,
+    # half of what the flat ring puts on it (the paper's Figure 10ii).
+    assert steps[1] == pytest.approx(2 * 30e-6 + N / 8e9)
+
+
+def test_unknown_algorithm():
+    from optimizer_service.errors import InvalidInputError
+    with pytest.raises(InvalidInputError, match="ring or tree"):
+        Algorithm.parse("butterfly")
