@@ -72,6 +72,10 @@ def test_json_to_a_file_and_text_to_stdout(tmp_path):
                 "--json", str(out))
     assert result.returncode == 0, result.stderr
     assert "best:" in result.stdout
+    import os
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask, "permissions like any file the user writes"
     data = json.loads(out.read_text())
     assert data["algorithm"] == "tree" and len(data["placements"][0]["programs"]) == 47
 
