@@ -57,7 +57,7 @@ import numpy as np
 
 from optimizer_service.collective import Collective
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.lowering import LoweredProgram, LoweredStep
+from optimizer_service.lowering import LoweredProgram, LoweredStep, PlacementMap
 from optimizer_service.topology import Topology
 
 
@@ -208,6 +208,10 @@ class CostModel:
     def lowered_step_seconds(self, step: LoweredStep, nbytes: int) -> float:
         return self.step_seconds(step.collective, np.asarray(step.groups, dtype=np.int64),
                                  float(step.input_fraction * nbytes))
+
+    def flat_allreduce_seconds(self, placement: PlacementMap, nbytes: int) -> float:
+        """One AllReduce over every reduction group (0 when the groups are single devices)."""
+        return self.step_seconds(Collective.ALL_REDUCE, placement.reduction_groups, float(nbytes))
 
     def program_seconds(self, program: LoweredProgram, nbytes: int) -> float:
         return sum(self.lowered_step_seconds(step, nbytes) for step in program.steps)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from optimizer_service.collective import Collective
 from optimizer_service.costmodel import Algorithm, CostModel
 from optimizer_service.dsl import Program, Reduction
 from optimizer_service.errors import InvalidInputError
@@ -79,7 +78,7 @@ def _explain_one(topology: Topology, matrix: ParallelismMatrix, reduce: tuple[in
     hierarchy = SynthesisHierarchy.for_reduction(matrix, topology.level_names, reduce)
     k = hierarchy.device_count
     placement = PlacementMap.build(matrix, reduce)
-    allreduce = model.step_seconds(Collective.ALL_REDUCE, placement.reduction_groups, float(nbytes)) if k > 1 else 0.0
+    allreduce = model.flat_allreduce_seconds(placement, nbytes)
     context = initial_context(k)
     initial = tuple(DeviceState(s) for s in context)
     steps: list[ExplainedStep] = []
@@ -94,12 +93,9 @@ def _explain_one(topology: Topology, matrix: ParallelismMatrix, reduce: tuple[in
         if after is None:
             error = f"step {number} ({reduction}) is invalid: {why_invalid(reduction.collective, context, groups)}"
             break
-        active = active_step(reduction.collective, groups, context, k)
-        placed = placement.place(active.groups)
-        seconds = model.step_seconds(active.collective, placed, float(active.input_fraction * nbytes))
-        lowered = LoweredStep(active.collective, tuple(map(tuple, placed.tolist())), active.input_fraction)
-        steps.append(ExplainedStep(reduction, lowered, seconds, tuple(DeviceState(s) for s in after),
-                                   after != context))
+        lowered = placement.lower_step(active_step(reduction.collective, groups, context, k))
+        steps.append(ExplainedStep(reduction, lowered, model.lowered_step_seconds(lowered, nbytes),
+                                   tuple(DeviceState(s) for s in after), after != context))
         context = after
     return Explanation(matrix, hierarchy, program, initial, tuple(steps), error,
                        error is None and context == final_context(k), allreduce)

@@ -157,6 +157,10 @@ class PlacementMap:
         placed = (self.bases[:, None, None] + self.offsets[pattern][None, :, :]).reshape(-1, pattern.shape[1])
         return placed[np.argsort(placed[:, 0], kind="stable")]
 
+    def lower_step(self, step: ActiveStep) -> LoweredStep:
+        """``step`` repeated on every reduction group, over global device ids."""
+        return LoweredStep(step.collective, tuple(map(tuple, self.place(step.groups).tolist())), step.input_fraction)
+
 
 def _mixed_radix_sum(matrix: ParallelismMatrix, weights, digits) -> np.ndarray:
     values = np.zeros(1, dtype=np.int64)
@@ -170,9 +174,7 @@ def _mixed_radix_sum(matrix: ParallelismMatrix, weights, digits) -> np.ndarray:
 
 def lower(active: Sequence[ActiveStep], placement: PlacementMap) -> LoweredProgram:
     """Place every active step on the whole system."""
-    return LoweredProgram(tuple(
-        LoweredStep(step.collective, tuple(map(tuple, placement.place(step.groups).tolist())), step.input_fraction)
-        for step in active))
+    return LoweredProgram(tuple(placement.lower_step(step) for step in active))
 
 
 def lower_program(program: Program, hierarchy: SynthesisHierarchy, matrix: ParallelismMatrix,

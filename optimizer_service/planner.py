@@ -17,9 +17,8 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 
-from optimizer_service.collective import COLLECTIVES, Collective
+from optimizer_service.collective import COLLECTIVES
 from optimizer_service.costmodel import Algorithm, CostModel
 from optimizer_service.dsl import Program
 from optimizer_service.errors import InvalidInputError, SearchBoundError
@@ -45,6 +44,11 @@ class Limits:
     max_states: int = DEFAULT_MAX_STATES
 
 
+def speedup(reference_seconds: float, seconds: float) -> float:
+    """How many times faster ``seconds`` is than ``reference_seconds`` (1.0 for a zero time)."""
+    return reference_seconds / seconds if seconds > 0 else 1.0
+
+
 @dataclass(frozen=True)
 class RankedProgram:
     program: Program
@@ -67,10 +71,7 @@ class PlacementReport:
     @property
     def speedup(self) -> float:
         """Flat AllReduce time over the best program's (1.0 if nothing to reduce)."""
-        best = self.best
-        if best is None or best.predicted_seconds == 0:
-            return 1.0
-        return self.allreduce_seconds / best.predicted_seconds
+        return speedup(self.allreduce_seconds, self.best.predicted_seconds) if self.best else 1.0
 
 
 @dataclass(frozen=True)
@@ -108,24 +109,25 @@ def _trace_shape(result: SynthesisResult) -> _ShapePlan:
     """Active steps of every program, sharing the semantics of common prefixes."""
     k = result.hierarchy.device_count
     contexts = {(): initial_context(k)}
+    by_prefix: dict[tuple, tuple[tuple, ActiveStep]] = {}  # last step of each program prefix
     interned: dict[tuple, tuple[tuple, ActiveStep]] = {}
     plan = _ShapePlan(result)
     for sequence in result.sequences:
-        steps = []
         for depth, (i, c) in enumerate(sequence):
-            prefix = sequence[:depth]
-            before = contexts[prefix]
+            prefix = sequence[:depth + 1]
+            if prefix in by_prefix:
+                continue
+            before = contexts[sequence[:depth]]
             collective = COLLECTIVES[c]
             groups = result.instructions[i].groups
             step = active_step(collective, groups, before, k)
             kept = tuple(groups.index(g) for g in step.groups) if len(step.groups) != len(groups) else None
             key = (i, c, kept, step.input_fraction)
-            steps.append(interned.setdefault(key, (key, step)))
-            if sequence[:depth + 1] not in contexts:
-                after = apply_step(before, collective, groups)
-                assert after is not None, "synthesized programs are valid"
-                contexts[sequence[:depth + 1]] = after
-        plan.active.append(steps)
+            by_prefix[prefix] = interned.setdefault(key, (key, step))
+            after = apply_step(before, collective, groups)
+            assert after is not None, "synthesized programs are valid"
+            contexts[prefix] = after
+        plan.active.append([by_prefix[sequence[:depth + 1]] for depth in range(len(sequence))])
     return plan
 
 
@@ -206,18 +208,15 @@ class Planner:
 
     def _rank(self, matrix: ParallelismMatrix, hierarchy: SynthesisHierarchy, shape: _ShapePlan,
               placement: PlacementMap, model: CostModel, nbytes: int) -> PlacementReport:
-        allreduce = model.step_seconds(Collective.ALL_REDUCE, placement.reduction_groups, float(nbytes)) \
-            if hierarchy.device_count > 1 else 0.0
+        allreduce = model.flat_allreduce_seconds(placement, nbytes)
         lowered_steps: dict[tuple, tuple[LoweredStep, float]] = {}
         ranked = []
         for index, steps in enumerate(shape.active):
             lowered, seconds = [], []
             for key, step in steps:
                 if key not in lowered_steps:
-                    groups = placement.place(step.groups)
-                    cost = model.step_seconds(step.collective, groups, float(step.input_fraction * nbytes))
-                    lowered_steps[key] = (LoweredStep(step.collective, tuple(map(tuple, groups.tolist())),
-                                                      Fraction(step.input_fraction)), cost)
+                    lowered_step = placement.lower_step(step)
+                    lowered_steps[key] = (lowered_step, model.lowered_step_seconds(lowered_step, nbytes))
                 lowered_step, cost = lowered_steps[key]
                 lowered.append(lowered_step)
                 seconds.append(cost)

@@ -283,10 +283,6 @@ class DeviceState:
 
     entries: RawState
 
-    @classmethod
-    def from_raw(cls, raw: RawState) -> DeviceState:
-        return cls(canonical(raw))
-
     @property
     def chunks(self) -> int:
         """Number of non-empty rows: the chunks this device holds."""

@@ -9,16 +9,22 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from optimizer_service.planner import Limits
 
+_DEFAULTS = Limits()
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="P2_", extra="ignore", frozen=True)
 
-    max_devices: int = Field(65_536, ge=1, description="largest topology (devices) the planner accepts")
-    max_placements: int = Field(10_000, ge=1, description="most parallelism matrices one request may explore")
-    max_synthesis_devices: int = Field(
-        4_096, ge=1, description="largest reduction group (devices) programs are synthesized for")
-    max_program_size: int = Field(8, ge=1, description="largest --max-size a request may ask for")
-    max_search_states: int = Field(200_000, ge=1, description="most search states one synthesis may visit")
+    max_devices: int = Field(_DEFAULTS.max_devices, ge=1,
+                        description="largest topology (devices) the planner accepts")
+    max_placements: int = Field(_DEFAULTS.max_placements, ge=1,
+                        description="most parallelism matrices one request may explore")
+    max_synthesis_devices: int = Field(_DEFAULTS.max_synthesis_devices, ge=1,
+                        description="largest reduction group (devices) programs are synthesized for")
+    max_program_size: int = Field(_DEFAULTS.max_program_size, ge=1,
+                        description="largest --max-size a request may ask for")
+    max_search_states: int = Field(_DEFAULTS.max_states, ge=1,
+                        description="most search states one synthesis may visit")
     log_level: str = Field("WARNING", description="logging level of the p2 command")
 
     def limits(self) -> Limits:

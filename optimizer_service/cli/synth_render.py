@@ -8,7 +8,7 @@ from typing import Any
 from optimizer_service.explain import Explanation
 from optimizer_service.hierarchy import SynthesisHierarchy
 from optimizer_service.lowering import LoweredStep
-from optimizer_service.planner import PlacementReport, SynthesisReport
+from optimizer_service.planner import SynthesisReport, speedup
 from optimizer_service.units import format_bytes, human_seconds
 
 MAX_STATES_SHOWN = 16
@@ -23,10 +23,6 @@ def _step(step: LoweredStep, seconds: float) -> dict[str, Any]:
             "input_fraction": str(step.input_fraction), "predicted_seconds": seconds}
 
 
-def _speedup(reference: float, seconds: float) -> float:
-    return reference / seconds if seconds > 0 else 1.0
-
-
 def report_to_dict(report: SynthesisReport) -> dict[str, Any]:
     placements = []
     for p in report.placements:
@@ -39,7 +35,7 @@ def report_to_dict(report: SynthesisReport) -> dict[str, Any]:
                 "text": str(r.program),
                 "size": r.program.size,
                 "predicted_seconds": r.predicted_seconds,
-                "speedup": _speedup(p.allreduce_seconds, r.predicted_seconds),
+                "speedup": speedup(p.allreduce_seconds, r.predicted_seconds),
                 "steps": [_step(s, t) for s, t in zip(r.lowered.steps, r.step_seconds)],
             } for r in p.programs],
         })
@@ -60,7 +56,7 @@ def report_to_dict(report: SynthesisReport) -> dict[str, Any]:
         placement, program = best
         data["best"] = {"matrix": placement.matrix.to_lists(), "program": str(program.program),
                         "predicted_seconds": program.predicted_seconds,
-                        "speedup": _speedup(placement.allreduce_seconds, program.predicted_seconds)}
+                        "speedup": speedup(placement.allreduce_seconds, program.predicted_seconds)}
     return data
 
 
@@ -97,7 +93,7 @@ def render_report(report: SynthesisReport, top: int) -> str:
             lines += ["", f"placement {i} {p.matrix}: top {min(top, len(p.programs))} of {len(p.programs)}"]
             for rank, r in enumerate(p.programs[:top], start=1):
                 lines.append(f"  {rank:>3}. {human_seconds(r.predicted_seconds):>9}  "
-                             f"{_speedup(p.allreduce_seconds, r.predicted_seconds):5.2f}x  {r.program}")
+                             f"{speedup(p.allreduce_seconds, r.predicted_seconds):5.2f}x  {r.program}")
     best = report.best
     lines.append("")
     if best is None:
@@ -106,7 +102,7 @@ def render_report(report: SynthesisReport, top: int) -> str:
         placement, program = best
         lines.append(f"best: {placement.matrix} with \"{program.program}\" — "
                      f"{human_seconds(program.predicted_seconds)}, "
-                     f"{_speedup(placement.allreduce_seconds, program.predicted_seconds):.2f}x over its AllReduce")
+                     f"{speedup(placement.allreduce_seconds, program.predicted_seconds):.2f}x over its AllReduce")
         reducing = [p.allreduce_seconds for p in report.placements if p.allreduce_seconds > 0]
         if len(reducing) > 1:
             lines.append(f"placement matters: a single AllReduce takes {human_seconds(min(reducing))} to "
