@@ -28,7 +28,7 @@ members in reverse order, so leaves of one are inner nodes of the other.
 ReduceScatter and AllGather have no tree algorithm in NCCL and use the ring.
 
 **Links.** A flow whose endpoints first differ at level ``L`` crosses every
-link serving ``L``; device ``d`` uses instance ``⌊d / shared_by⌋`` of a link.
+link serving ``L`` on the model's channel (channel 0 unless asked otherwise); device ``d`` uses instance ``⌊d / shared_by⌋`` of a link.
 All flows of all groups of the step run at once, so every link instance ``ℓ``
 carries ``E(ℓ)`` bytes out and ``I(ℓ)`` bytes in (links are full duplex). A
 flow ``u → v`` is limited by its most loaded crossing:
@@ -155,19 +155,20 @@ def tree_pattern(collective: Collective, members: Sequence[int], spans: Sequence
 class CostModel:
     """Predicts lowered steps and programs on one topology with one algorithm."""
 
-    def __init__(self, topology: Topology, algorithm: Algorithm = Algorithm.RING) -> None:
+    def __init__(self, topology: Topology, algorithm: Algorithm = Algorithm.RING, channel: int = 0) -> None:
         self.topology = topology
         self.algorithm = algorithm
+        self.channel = channel
         levels = len(topology.levels)
         self._spans = tuple(topology.devices_per_instance(j) for j in range(levels))
         self._span_array = np.array(self._spans, dtype=np.int64)
-        self._path_latency = np.array(
-            [sum(link.latency for link in topology.links_at(j)) for j in range(levels)] + [0.0])
+        crossed = [topology.links_at(j, channel) for j in range(levels)]
+        self._path_latency = np.array([sum(link.latency for link in links) for links in crossed] + [0.0])
         self._links = []
-        for link in topology.links:
+        for link in dict.fromkeys(link for links in crossed for link in links):
             serves = np.zeros(levels + 1, dtype=bool)
-            for name in link.levels:
-                serves[topology.level_index(name)] = True
+            for j, links in enumerate(crossed):
+                serves[j] = link in links
             self._links.append((serves, link.shared_by, link.bandwidth,
                                 topology.device_count // link.shared_by))
 

@@ -15,6 +15,10 @@ A :class:`Link` says which traffic it carries and how fast:
 * ``bandwidth`` (bytes/s, per direction) and ``latency`` (s) of one instance.
 * ``shared_by`` — how many consecutive devices share one instance (a node's
   NIC is shared by all its GPUs; an NVSwitch port belongs to one GPU).
+* ``channel`` — 0 (the default) for the path every transfer takes. A link on
+  channel ``c > 0`` is an alternative path, e.g. a node's second NIC: traffic
+  sent on channel ``c`` uses it instead of the channel-0 links of the levels it
+  serves (:meth:`Topology.links_at`). P² programs run on channel 0.
 
 Topologies are values: built from a dict or YAML text (``from_yaml``), written
 back by ``to_yaml`` (round-trip), and validated on construction with messages
@@ -66,10 +70,12 @@ class Link:
     bandwidth: float
     latency: float
     shared_by: int = 1
+    channel: int = 0
 
     def __str__(self) -> str:
-        return (f"{self.name}@{','.join(self.levels)} {format_rate(self.bandwidth)} "
+        text = (f"{self.name}@{','.join(self.levels)} {format_rate(self.bandwidth)} "
                 f"{format_seconds(self.latency)} shared_by={self.shared_by}")
+        return text + (f" channel={self.channel}" if self.channel else "")
 
 
 @dataclass(frozen=True)
@@ -109,10 +115,18 @@ class Topology:
         """How many devices one instance of ``level`` contains (1 for the leaf level)."""
         return math.prod(self.hierarchy[level + 1:])
 
-    def links_at(self, level: int) -> tuple[Link, ...]:
-        """The links a transfer crosses when its endpoints first differ at ``level``."""
+    def links_at(self, level: int, channel: int = 0) -> tuple[Link, ...]:
+        """The links a transfer on ``channel`` crosses when its endpoints first
+        differ at ``level``: that channel's links there, else channel 0's."""
         name = self.levels[level].name
-        return tuple(link for link in self.links if name in link.levels)
+        serving = [link for link in self.links if name in link.levels]
+        own = tuple(link for link in serving if link.channel == channel)
+        return own or tuple(link for link in serving if link.channel == 0)
+
+    @property
+    def channels(self) -> tuple[int, ...]:
+        """The channels some link is on, ascending (always includes 0)."""
+        return tuple(sorted({0} | {link.channel for link in self.links}))
 
     def describe(self) -> str:
         """Multi-line human description (``p2 topology show``)."""
@@ -146,6 +160,7 @@ class Topology:
                 "bandwidth": format_rate(link.bandwidth),
                 "latency": format_seconds(link.latency),
                 "shared_by": link.shared_by,
+                **({"channel": link.channel} if link.channel else {}),
             }
             for link in self.links
         ]
@@ -212,7 +227,7 @@ def _link_from(item: Any, index: int, source: str) -> Link:
     where = f"{source}: links[{index}]"
     if not isinstance(item, dict):
         raise InvalidInputError(f"{where} must be a mapping")
-    allowed = {"name", "level", "levels", "bandwidth", "latency", "shared_by"}
+    allowed = {"name", "level", "levels", "bandwidth", "latency", "shared_by", "channel"}
     _check_keys(item, allowed, {"name", "bandwidth", "latency"}, where)
     if ("level" in item) == ("levels" in item):
         raise InvalidInputError(f"{where}: give exactly one of 'level' (a name) or 'levels' (a list)")
@@ -222,13 +237,16 @@ def _link_from(item: Any, index: int, source: str) -> Link:
     shared_by = item.get("shared_by", 1)
     if isinstance(shared_by, bool) or not isinstance(shared_by, int):
         raise InvalidInputError(f"{where}: shared_by {shared_by!r} must be a whole number")
+    channel = item.get("channel", 0)
+    if isinstance(channel, bool) or not isinstance(channel, int):
+        raise InvalidInputError(f"{where}: channel {channel!r} must be a whole number")
     try:
         bandwidth = parse_rate(item["bandwidth"])
         latency = parse_seconds(item["latency"])
     except InvalidInputError as exc:
         raise InvalidInputError(f"{where} ({item['name']}): {exc}") from None
     return Link(name=str(item["name"]), levels=tuple(str(x) for x in levels),
-                bandwidth=bandwidth, latency=latency, shared_by=shared_by)
+                bandwidth=bandwidth, latency=latency, shared_by=shared_by, channel=channel)
 
 
 def _validate(topology: Topology) -> None:
@@ -261,6 +279,8 @@ def _validate(topology: Topology) -> None:
             raise InvalidInputError(f"{where}: link {link.name!r} has latency {link.latency!r}; it must be >= 0")
         if isinstance(link.shared_by, bool) or not isinstance(link.shared_by, int) or link.shared_by < 1:
             raise InvalidInputError(f"{where}: link {link.name!r} has shared_by {link.shared_by!r}; it must be >= 1")
+        if isinstance(link.channel, bool) or not isinstance(link.channel, int) or link.channel < 0:
+            raise InvalidInputError(f"{where}: link {link.name!r} has channel {link.channel!r}; it must be >= 0")
         for level_name in link.levels:
             if level_name not in seen:
                 raise InvalidInputError(
