@@ -23,9 +23,10 @@ AllReduce (sum) over its reduction group.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from fractions import Fraction
 
 import torch
 import torch.distributed as dist
@@ -33,13 +34,20 @@ import torch.distributed as dist
 from enforcer import p2p
 from enforcer.layout import GroupMove, Ranges, StepLayout, plan_layout
 from optimizer_service.collective import Collective
-from optimizer_service.lowering import LoweredProgram, LoweredStep
+from optimizer_service.lowering import LoweredProgram
 
 
 class GroupCache:
-    """One process group per member set, created collectively in sorted order."""
+    """One process group per member set, created collectively in sorted order.
 
-    def __init__(self) -> None:
+    ``interface`` binds the groups' gloo transport to one network interface (a
+    channel: in the emulated cluster ``nic1`` is the second NIC). gloo reads
+    ``GLOO_SOCKET_IFNAME`` each time it builds a group, so the variable is set
+    around the creation and restored after.
+    """
+
+    def __init__(self, interface: str | None = None) -> None:
+        self.interface = interface
         self._groups: dict[tuple[int, ...], dist.ProcessGroup | None] = {}
 
     def create(self, member_sets: Iterable[Sequence[int]]) -> None:
@@ -47,9 +55,10 @@ class GroupCache:
         same sets (their order does not matter)."""
         wanted = sorted({tuple(sorted(m)) for m in member_sets} - set(self._groups))
         rank = dist.get_rank()
-        for members in wanted:
-            group = dist.new_group(list(members))
-            self._groups[members] = group if rank in members else None
+        with _socket_interface(self.interface):
+            for members in wanted:
+                group = dist.new_group(list(members))
+                self._groups[members] = group if rank in members else None
 
     def get(self, members: Sequence[int]) -> dist.ProcessGroup:
         group = self._groups.get(tuple(sorted(members)))
@@ -57,6 +66,22 @@ class GroupCache:
             raise RuntimeError(f"no process group for {list(members)} on rank {dist.get_rank()}; "
                                "call prepare() on every rank first")
         return group
+
+
+@contextmanager
+def _socket_interface(interface: str | None) -> Iterator[None]:
+    if interface is None:
+        yield
+        return
+    before = os.environ.get("GLOO_SOCKET_IFNAME")
+    os.environ["GLOO_SOCKET_IFNAME"] = interface
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["GLOO_SOCKET_IFNAME"]
+        else:
+            os.environ["GLOO_SOCKET_IFNAME"] = before
 
 
 @dataclass(frozen=True)
@@ -154,7 +179,3 @@ class ProgramExecutor:
             p2p.broadcast(data, task.members, group)
         _unpack(tensor, ranges, data)
 
-
-def flat_allreduce(groups: Sequence[Sequence[int]]) -> LoweredProgram:
-    """The baseline: one AllReduce over every reduction group."""
-    return LoweredProgram((LoweredStep(Collective.ALL_REDUCE, tuple(tuple(g) for g in groups), Fraction(1)),))

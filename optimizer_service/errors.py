@@ -16,3 +16,8 @@ class InvalidInputError(ValueError):
 class SearchBoundError(InvalidInputError):
     """The requested search would exceed a configured bound (placements,
     synthesis devices, program size, search states)."""
+
+
+class JobFailedError(RuntimeError):
+    """Valid input, but the work it started failed (a rank of a measurement job
+    exited with an error). The CLI reports it in one line with exit code 1."""

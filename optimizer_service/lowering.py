@@ -182,3 +182,9 @@ def lower_program(program: Program, hierarchy: SynthesisHierarchy, matrix: Paral
     """All three passes for one program (the planner caches the pieces instead)."""
     steps = synthesis_steps(hierarchy, program)
     return lower(trace(hierarchy.device_count, steps), PlacementMap.build(matrix, reduce))
+
+
+def flat_allreduce(groups: Sequence[Sequence[int]]) -> LoweredProgram:
+    """The baseline every program is compared with: one AllReduce over every reduction group."""
+    return LoweredProgram((LoweredStep(Collective.ALL_REDUCE, tuple(tuple(int(d) for d in g) for g in groups),
+                                       Fraction(1)),))

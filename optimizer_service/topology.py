@@ -14,7 +14,9 @@ A :class:`Link` says which traffic it carries and how fast:
   uses the NVLink ring (level ``gpu``).
 * ``bandwidth`` (bytes/s, per direction) and ``latency`` (s) of one instance.
 * ``shared_by`` — how many consecutive devices share one instance (a node's
-  NIC is shared by all its GPUs; an NVSwitch port belongs to one GPU).
+  NIC is shared by all its GPUs; an NVSwitch port belongs to one GPU; the
+  emulated cluster's loopback is one instance for every rank, because one
+  host's CPUs copy every byte that crosses it). It divides the device count.
 * ``channel`` — 0 (the default) for the path every transfer takes. A link on
   channel ``c > 0`` is an alternative path, e.g. a node's second NIC: traffic
   sent on channel ``c`` uses it instead of the channel-0 links of the levels it
@@ -286,12 +288,10 @@ def _validate(topology: Topology) -> None:
                 raise InvalidInputError(
                     f"{where}: link {link.name!r} joins devices at unknown level {level_name!r}; "
                     f"levels are {', '.join(topology.level_names)}")
-            index = topology.level_index(level_name)
-            per_instance = topology.devices_per_instance(index)
-            if per_instance % link.shared_by:
-                raise InvalidInputError(
-                    f"{where}: link {link.name!r} is shared by {link.shared_by} devices, which does not divide "
-                    f"the {per_instance} device(s) of one {level_name!r}")
+        if topology.device_count % link.shared_by:
+            raise InvalidInputError(
+                f"{where}: link {link.name!r} is shared by {link.shared_by} devices, which does not divide "
+                f"the {topology.device_count} devices of the topology")
     for index, level in enumerate(topology.levels):
         if level.cardinality > 1 and not topology.links_at(index):
             raise InvalidInputError(

@@ -109,3 +109,11 @@ def human_seconds(value: float) -> str:
         if value >= scale:
             return f"{value / scale:.3g} {suffix}"
     return f"{value * 1e9:.3g} ns"
+
+
+def human_rate(value: float) -> str:
+    """Short display form of a bandwidth for tables (not for round-trips)."""
+    for suffix, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {suffix}"
+    return f"{value:.3g} B/s"
