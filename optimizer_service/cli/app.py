@@ -2,8 +2,10 @@
 
 Bad input of any kind — a usage error, an invalid topology, an oversized
 search, a malformed ``P2_*`` variable — ends with exit code 2 and one line on
-stderr (``p2 synth: error: ...``); nothing is written. Anything else is a bug
-and keeps its traceback.
+stderr (``p2 synth: error: ...``); nothing is written. A job that started and
+failed (a rank of a measurement exited with an error) ends with exit code 1
+and one line, below the ranks' own output. Anything else is a bug and keeps
+its traceback.
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ import sys
 import click
 from pydantic import ValidationError
 
+from optimizer_service.cli.bench import bench
+from optimizer_service.cli.calibrate import calibrate
+from optimizer_service.cli.cluster import cluster
 from optimizer_service.cli.synth import synth
 from optimizer_service.cli.topology import topology
-from optimizer_service.errors import InvalidInputError
+from optimizer_service.errors import InvalidInputError, JobFailedError
 from optimizer_service.settings import Settings
 
 USAGE_EXIT = 2
+JOB_FAILED_EXIT = 1
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,6 +38,9 @@ def cli(ctx: click.Context) -> None:
     ctx.obj = settings
 
 
+cli.add_command(bench)
+cli.add_command(calibrate)
+cli.add_command(cluster)
 cli.add_command(synth)
 cli.add_command(topology)
 
@@ -58,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except InvalidInputError as exc:
         return _fail(command, str(exc))
+    except JobFailedError as exc:
+        _fail(command, str(exc))
+        return JOB_FAILED_EXIT
     except ValidationError as exc:
         error = exc.errors()[0]
         field = str(error["loc"][0]).upper() if error.get("loc") else "setting"

@@ -1,0 +1,193 @@
+"""Measured reductions on the emulated cluster: synthesized programs vs the flat
+AllReduce, placement spread, and the simulator's accuracy after calibration.
+
+For each cluster shape (default: 2 nodes x 4 ranks and 4 nodes x 2 ranks, NIC
+200 Mbit/s) it creates the cluster, runs ``p2 calibrate``, then
+``p2 bench reduce`` for every (axes, reduce, bytes) configuration, and removes
+the cluster. Accuracy is pooled over every measured candidate of every
+configuration. Writes ``reduce.json`` and ``reduce.png`` under ``--out`` and
+prints a summary. Needs CAP_NET_ADMIN (root).
+
+    .venv/bin/python benchmarks/reduce.py [--out benchmarks/results] [--top 8] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from optimizer_service.accuracy import Candidate, evaluate
+
+ROOT = Path(__file__).resolve().parents[1]
+MiB = 2**20
+
+# (nodes, ranks per node) -> [(axes, reduce, bytes per rank)]
+CONFIGURATIONS = {
+    (2, 4): [((8,), (0,), 16 * MiB), ((8,), (0,), 64 * MiB),
+             ((2, 4), (0,), 16 * MiB), ((2, 4), (1,), 16 * MiB)],
+    (4, 2): [((8,), (0,), 16 * MiB), ((2, 4), (0,), 16 * MiB), ((2, 4), (1,), 16 * MiB)],
+}
+
+
+def p2(*args: str, env: dict[str, str]) -> None:
+    command = [sys.executable, "-m", "optimizer_service.cli", *args]
+    print("$ p2 " + " ".join(args), flush=True)
+    result = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-4000:])
+        raise SystemExit(f"p2 {' '.join(args)} failed with exit code {result.returncode}")
+    if result.stdout.strip():
+        print(result.stdout.rstrip(), flush=True)
+
+
+def run_cluster(shape: tuple[int, int], configs, args, state: Path, env: dict[str, str]) -> dict:
+    nodes, per_node = shape
+    name = f"bench{nodes}x{per_node}"
+    work = Path(tempfile.mkdtemp(prefix=f"p2-{name}-"))
+    p2("cluster", "down", "--name", name, env=env)
+    p2("cluster", "up", "--name", name, "--nodes", str(nodes), "--per-node", str(per_node), "--nic", args.nic, env=env)
+    try:
+        p2("calibrate", "--cluster", name, "--repeat", str(args.repeat), "--json", str(work / "calibrate.json"),
+           env=env)
+        benches = []
+        for axes, reduce, nbytes in configs:
+            out = work / f"bench-{len(benches)}.json"
+            p2("bench", "reduce", "--cluster", name, "--axes", ",".join(map(str, axes)),
+               "--reduce", ",".join(map(str, reduce)), "--bytes", str(nbytes), "--top", str(args.top),
+               "--repeat", str(args.repeat), "--json", str(out), env=env)
+            benches.append(json.loads(out.read_text()))
+        calibration = json.loads((work / "calibrate.json").read_text())
+    finally:
+        p2("cluster", "down", "--name", name, env=env)
+    return {"nodes": nodes, "per_node": per_node, "nic": args.nic,
+            "calibration": {"links": calibration["links"]}, "benches": benches}
+
+
+def pooled_accuracy(clusters: list[dict]):
+    candidates, placement = [], 0
+    for cluster in clusters:
+        for bench in cluster["benches"]:
+            for entry in bench["placements"]:
+                candidates.append(Candidate(placement, entry["flat"]["predicted_seconds"],
+                                            entry["flat"]["measured_seconds"]))
+                candidates += [Candidate(placement, p["predicted_seconds"], p["measured_seconds"])
+                               for p in entry["programs"]]
+                placement += 1
+    return evaluate(candidates)
+
+
+def summarize(clusters: list[dict]) -> dict:
+    rows = []
+    for cluster in clusters:
+        for bench in cluster["benches"]:
+            s = bench["summary"]
+            rows.append({"cluster": f"{cluster['nodes']}x{cluster['per_node']}", "axes": bench["axes"],
+                         "reduce": bench["reduce"], "bytes": bench["bytes"],
+                         "best_speedup_crossing": s["best_speedup_crossing"],
+                         "mean_best_speedup_crossing": s["mean_best_speedup_crossing"],
+                         "flat_spread": s["flat_spread"], "best_spread": s["best_spread"],
+                         "mape": bench["accuracy"]["mape"], "top1": bench["accuracy"]["top1"],
+                         "top5": bench["accuracy"]["top5"]})
+    crossing = [r["best_speedup_crossing"] for r in rows if r["best_speedup_crossing"] is not None]
+    return {"rows": rows, "best_speedup_crossing": max(crossing, default=None),
+            "accuracy": pooled_accuracy(clusters).to_dict()}
+
+
+def plot(clusters: list[dict], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    values = []
+    for number, cluster in enumerate(clusters):
+        for bench in cluster["benches"]:
+            label = f"{cluster['nodes']}x{cluster['per_node']} {bench['axes']} r{bench['reduce']} {bench['bytes'] // MiB}MiB"
+            pred = [p["predicted_seconds"] for e in bench["placements"] for p in e["programs"]]
+            meas = [p["measured_seconds"] for e in bench["placements"] for p in e["programs"]]
+            pred += [e["flat"]["predicted_seconds"] for e in bench["placements"]]
+            meas += [e["flat"]["measured_seconds"] for e in bench["placements"]]
+            left.scatter(pred, meas, s=14, label=label)
+            values += pred + meas
+    low, high = min(values) / 1.2, max(values) * 1.2
+    left.plot([low, high], [low, high], "k--", linewidth=0.8)
+    left.set_xscale("log")
+    left.set_yscale("log")
+    left.set_xlabel("predicted seconds (calibrated simulator)")
+    left.set_ylabel("measured seconds (median)")
+    left.legend(fontsize=6)
+    left.set_title("simulator vs measurement, every candidate")
+    labels, speedups = [], []
+    for cluster in clusters:
+        for bench in cluster["benches"]:
+            for entry in bench["placements"]:
+                if entry["crosses"] and entry["programs"]:
+                    labels.append(f"{cluster['nodes']}x{cluster['per_node']} {bench['axes']} r{bench['reduce']}\n"
+                                  f"{bench['bytes'] // MiB}MiB {entry['matrix']}")
+                    speedups.append(max(p["speedup"] for p in entry["programs"]))
+    right.barh(range(len(speedups)), speedups, color="C2")
+    right.axvline(1.0, color="k", linewidth=0.8)
+    right.axvline(1.5, color="C3", linewidth=0.8, linestyle="--", label="goal 1.5x")
+    right.set_yticks(range(len(labels)), labels, fontsize=6)
+    right.set_xlabel("best program speedup over flat AllReduce (measured)")
+    right.set_title("placements whose reduction crosses nodes")
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--nic", default="200Mbit/s")
+    parser.add_argument("--top", type=int, default=8, help="programs per placement (0: all)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--shapes", default="2x4,4x2", help="cluster shapes to run, e.g. 2x4")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    started = time.time()
+    clusters = []
+    with tempfile.TemporaryDirectory(prefix="p2-bench-state-") as state:
+        env["P2_CLUSTER_DIR"] = state
+        for shape_text in args.shapes.split(","):
+            shape = tuple(int(x) for x in shape_text.split("x"))
+            clusters.append(run_cluster(shape, CONFIGURATIONS[shape], args, Path(state), env))
+    data = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+            "settings": {"nic": args.nic, "top": args.top, "repeat": args.repeat},
+            "seconds": time.time() - started, "clusters": clusters, "summary": summarize(clusters)}
+    (out / "reduce.json").write_text(json.dumps(data, indent=1) + "\n")
+    plot(clusters, out / "reduce.png")
+    print_summary(data)
+    return 0
+
+
+def print_summary(data: dict) -> None:
+    summary = data["summary"]
+    print(f"\nmeasured reductions ({data['settings']['nic']} NIC, median of {data['settings']['repeat']}, "
+          f"{data['seconds']:.0f} s in all)")
+    print(f"{'cluster':<8} {'axes':<8} {'reduce':<7} {'MiB':>4} {'best speedup':>13} {'flat spread':>12} "
+          f"{'MAPE':>6} {'top1':>5} {'top5':>5}")
+    for r in summary["rows"]:
+        best = f"{r['best_speedup_crossing']:.2f}x" if r["best_speedup_crossing"] is not None else "-"
+        spread = f"{r['flat_spread']:.1f}x" if r["flat_spread"] is not None else "-"
+        print(f"{r['cluster']:<8} {str(r['axes']):<8} {str(r['reduce']):<7} {r['bytes'] // MiB:>4} {best:>13} "
+              f"{spread:>12} {r['mape']:>6.1%} {r['top1']:>5.0%} {r['top5']:>5.0%}")
+    acc = summary["accuracy"]
+    print(f"pooled over {acc['candidates']} candidates / {acc['placements']} placements: MAPE {acc['mape']:.1%}, "
+          f"Spearman {acc['spearman']:.3f}, top-1 {acc['top1']:.0%}, top-5 {acc['top5']:.0%} "
+          f"(within {acc['tolerance']:.0%}: top-1 {acc['top1_tolerant']:.0%}, top-5 {acc['top5_tolerant']:.0%})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,267 @@
+"""Namespaces, veths, bridges and ``tbf`` shaping: the emulated cluster's wires.
+
+One namespace per node, one bridge namespace holding one bridge per channel,
+and per node and channel one veth whose node end (``nic<c>``) is the node's
+NIC and whose bridge end (``n<i>c<c>``) is a bridge port. Both ends are
+created directly in their namespaces (``ip link add nic0 netns NODE type veth
+peer name n0c0 netns BRIDGE``), so no interface of a cluster ever exists in the
+root namespace and two clusters cannot collide there.
+
+Shaping (one ``tbf`` per veth end, P² models a NIC as one rate per direction):
+the node end's egress is the node's upload, the bridge end's egress is the
+node's download. Traffic between two nodes crosses the sender's upload and the
+receiver's download; traffic between ranks of one node never touches a veth
+(the kernel routes a namespace's own addresses through ``lo``).
+
+Choosing ``burst`` and ``limit`` (measured on this kernel, 6.x, 2 cores, with
+``tests/deploy/transfer_ranks.py``: one or three Python TCP streams between
+node namespaces; numbers are goodput as a share of the configured rate):
+
+* ``burst`` is the token bucket, the most bytes that may leave back to back.
+  veths do GSO/TSO, so TCP hands the qdisc super-packets of up to
+  ``gso_max_size`` (64 KiB); ``tbf`` splits a GSO packet larger than its
+  bucket into MTU-sized segments and releases them one by one. With a
+  one-MTU bucket (1540 B) that costs a quarter of the rate (76 % at
+  200 Mbit/s); from 16 KiB up, 200 Mbit/s reaches 95.6 %. Faster NICs need a
+  bucket worth about a millisecond of traffic, or timer granularity caps the
+  rate: at 4 Gbit/s a 64 KiB bucket gave 70 %, 500 KB (1 ms) gave 95 %. So
+  ``burst = max(80 KiB, rate x 1 ms)`` (80 KiB: one whole 64 KiB GSO packet
+  plus the per-segment headers the kernel adds to its length, so GSO packets
+  are never split). So offloads stay on; lowering them is possible without
+  ethtool (``ip link set nic0 gso_max_size N`` works on veths) but was not
+  needed. The price is accuracy at the start of a transfer: ``size`` bytes may arrive up
+  to ``burst / rate`` early (16 ms at 40 Mbit/s), which timing bounds allow.
+* ``limit`` is the queue behind the bucket. Too short and several senders
+  into one node lose packets at its download side (forwarded traffic gets no
+  backpressure from TCP small queues): three senders at 200 Mbit/s got 90 %
+  with ``2 x burst`` and 95.7 % with ``4 x burst``. Too long adds queueing
+  delay under load. ``limit = max(4 x burst, rate x 5 ms)``: a full queue is
+  13 ms at 200 Mbit/s (65 ms at 40 Mbit/s) and 5 ms from 1 Gbit/s up.
+
+With these, TCP reaches 95-97 % of the configured rate from 10 Mbit/s to
+4 Gbit/s, one stream or several; the rest is Ethernet/IP/TCP headers, which
+tbf counts (1448 payload bytes per 1514 on the wire is 95.6 %).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from optimizer_service.errors import InvalidInputError
+
+from deploy.emulated import names
+
+NETNS_DIR = Path("/run/netns")
+GSO_PACKET = 64 * 1024
+BURST_FLOOR = GSO_PACKET + 16 * 1024
+BURST_TIME = 1e-3
+QUEUE_TIME = 5e-3
+QUEUE_BURSTS = 4
+
+
+class CommandError(InvalidInputError):
+    """An ``ip`` or ``tc`` command failed (one line: the command and its error)."""
+
+
+@dataclass(frozen=True)
+class TbfShape:
+    """One ``tbf`` qdisc: ``rate`` in bytes/s, ``burst`` and ``limit`` in bytes."""
+
+    rate: float
+    burst: int
+    limit: int
+
+    def tc_args(self) -> list[str]:
+        return ["tbf", "rate", f"{round(self.rate * 8)}bit", "burst", str(self.burst), "limit", str(self.limit)]
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"rate": self.rate, "burst": self.burst, "limit": self.limit}
+
+
+def tbf_shape(rate: float) -> TbfShape:
+    """The ``tbf`` parameters for a NIC of ``rate`` bytes/s (module docstring)."""
+    burst = max(BURST_FLOOR, round(rate * BURST_TIME))
+    limit = max(QUEUE_BURSTS * burst, round(rate * QUEUE_TIME))
+    return TbfShape(rate=rate, burst=burst, limit=limit)
+
+
+# ----------------------------------------------------------------- commands
+def _run(argv: list[str], stdin: str | None = None) -> str:
+    try:
+        result = subprocess.run(argv, input=stdin, capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise CommandError(f"{argv[0]} is not installed (the emulated cluster needs iproute2)") from None
+    if result.returncode != 0:
+        detail = " ".join((result.stderr or result.stdout).split()) or f"exit code {result.returncode}"
+        raise CommandError(f"'{' '.join(argv[:6])}' failed: {detail}")
+    return result.stdout
+
+
+def ip_batch(lines: list[str], namespace: str | None = None) -> None:
+    """Run ``ip`` commands (without the leading ``ip``) in one process."""
+    if lines:
+        _run(["ip", *(["-n", namespace] if namespace else []), "-batch", "-"], "\n".join(lines) + "\n")
+
+
+def tc_batch(lines: list[str], namespace: str) -> None:
+    if lines:
+        _run(["tc", "-n", namespace, "-batch", "-"], "\n".join(lines) + "\n")
+
+
+# --------------------------------------------------------------- namespaces
+def list_namespaces() -> list[str]:
+    """Every named network namespace (what ``ip netns list`` shows)."""
+    try:
+        return sorted(entry.name for entry in NETNS_DIR.iterdir())
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return []
+
+
+def add_namespace(namespace: str) -> None:
+    _run(["ip", "netns", "add", namespace])
+
+
+def namespace_pids(namespace: str) -> list[int]:
+    try:
+        out = _run(["ip", "netns", "pids", namespace])
+    except CommandError:
+        return []
+    return [int(word) for word in out.split() if word.isdigit()]
+
+
+def kill_pids(pids: list[int], grace: float = 1.0) -> list[int]:
+    """SIGTERM ``pids``, SIGKILL what is left after ``grace`` seconds; the pids
+    that existed."""
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+            alive.append(pid)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace
+    pending = list(alive)
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.02)
+        pending = [pid for pid in pending if _exists(pid)]
+    for pid in pending:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return alive
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still "exists" but is dead; /proc tells them apart.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def delete_namespace(namespace: str) -> list[int]:
+    """Kill the processes inside ``namespace`` and delete it (its veths and
+    bridges go with it). Returns the pids killed. Missing namespaces are fine."""
+    killed = kill_pids(namespace_pids(namespace))
+    try:
+        _run(["ip", "netns", "del", namespace])
+    except CommandError:
+        if namespace in list_namespaces():
+            raise
+    return killed
+
+
+# ------------------------------------------------------------------ wiring
+@dataclass(frozen=True)
+class Wiring:
+    """What :func:`build` creates: nodes, channels with their shapes
+    (``None`` = unshaped), and the address block."""
+
+    cluster: str
+    nodes: int
+    slot: int
+    shapes: tuple[TbfShape | None, ...]  # one per channel
+
+    @property
+    def channels(self) -> int:
+        return len(self.shapes)
+
+
+def build(wiring: Wiring, created: list[str]) -> None:
+    """Create the namespaces, bridges, veths, addresses and qdiscs of
+    ``wiring``; every namespace made is appended to ``created`` as soon as it
+    exists, so the caller can roll back a failure."""
+    cluster, channels = wiring.cluster, range(wiring.channels)
+    bridge_ns = names.bridge_namespace(cluster)
+    node_ns = [names.node_namespace(cluster, node) for node in range(wiring.nodes)]
+    for namespace in [bridge_ns, *node_ns]:
+        add_namespace(namespace)
+        created.append(namespace)
+
+    bridge_lines = ["link set lo up"]
+    for channel in channels:
+        bridge = names.bridge_name(channel)
+        bridge_lines += [f"link add {bridge} type bridge", f"link set {bridge} addrgenmode none",
+                         f"link set {bridge} up"]
+    ip_batch(bridge_lines, bridge_ns)
+
+    ip_batch([f"link add {names.node_ifname(channel)} netns {node_ns[node]} type veth "
+              f"peer name {names.bridge_ifname(node, channel)} netns {bridge_ns}"
+              for node in range(wiring.nodes) for channel in channels])
+
+    port_lines = []
+    for node in range(wiring.nodes):
+        lines = ["link set lo up"]
+        for channel in channels:
+            nic = names.node_ifname(channel)
+            address = names.node_address(wiring.slot, channel, node)
+            lines += [f"link set {nic} addrgenmode none", f"addr add {address}/{names.PREFIX_LENGTH} dev {nic}",
+                      f"link set {nic} up"]
+            port = names.bridge_ifname(node, channel)
+            port_lines += [f"link set {port} addrgenmode none", f"link set {port} master {names.bridge_name(channel)}",
+                           f"link set {port} up"]
+        ip_batch(lines, node_ns[node])
+    ip_batch(port_lines, bridge_ns)
+
+    bridge_qdiscs = []
+    for node in range(wiring.nodes):
+        node_qdiscs = []
+        for channel, shape in enumerate(wiring.shapes):
+            if shape is None:
+                continue
+            args = " ".join(shape.tc_args())
+            node_qdiscs.append(f"qdisc replace dev {names.node_ifname(channel)} root {args}")
+            bridge_qdiscs.append(f"qdisc replace dev {names.bridge_ifname(node, channel)} root {args}")
+        tc_batch(node_qdiscs, node_ns[node])
+    tc_batch(bridge_qdiscs, bridge_ns)
+
+
+def route_device(namespace: str, address: str) -> str:
+    """The interface ``namespace`` sends traffic for ``address`` through
+    (``lo`` for its own addresses)."""
+    words = _run(["ip", "-n", namespace, "route", "get", address]).split()
+    return words[words.index("dev") + 1] if "dev" in words else ""
+
+
+def address_slot(namespace: str) -> int | None:
+    """The ``slot`` of the ``10.<slot>.0.x`` address on ``nic0`` in ``namespace``."""
+    try:
+        words = _run(["ip", "-n", namespace, "-4", "-o", "addr", "show", "dev", names.node_ifname(0)]).split()
+    except CommandError:
+        return None
+    for word, following in zip(words, words[1:], strict=False):
+        if word == "inet" and following.startswith("10."):
+            return int(following.split(".")[1])
+    return None
