@@ -14,10 +14,14 @@ are small integers in float32, so sums are exact). ``channel`` ``c`` runs the
 program over process groups bound to the ``c``-th interface of
 ``P2_CHANNEL_IFNAMES`` (the emulated cluster's ``nic0,nic1``).
 
-One measurement: every rank copies its pristine input into the work buffer,
+One measurement: every rank copies its pristine input into a work buffer,
 all meet at a barrier, each times its own run, and the run's time is the
-slowest rank's (a reduction is done when the last rank is). Rank 0 prints one
-progress line per program and writes ``OUT``::
+slowest rank's (a reduction is done when the last rank is). Every program first
+runs ``warmup`` times untimed (at least once: that run is the one checked);
+then ``repeat`` rounds each time every program once, so slow drifts of the
+machine (another process, page cache, CPU frequency) spread over all programs
+instead of favouring whichever ran first. Rank 0 prints one progress line per
+round and writes ``OUT``::
 
     {"world_size": 8, "runs": [{"id": "...", "seconds": [...], "median": ...}]}
 """
@@ -68,34 +72,39 @@ def measure(spec: dict) -> list[dict]:
     warmup, repeat = int(spec.get("warmup", 1)), int(spec.get("repeat", 3))
     pristine: dict[int, torch.Tensor] = {}
     slowest = torch.zeros(1, dtype=torch.float64)
-    results = []
     started = time.perf_counter()
-    for number, (run, program) in enumerate(zip(runs, programs), start=1):
+
+    def once(run: dict, program: LoweredProgram, check: bool) -> float:
         numel = int(run["bytes"]) // ELEMENT.itemsize
         if numel not in pristine:
             pristine[numel] = _inputs(numel, rank)
-        work = torch.empty_like(pristine[numel])
-        executor = executors[int(run.get("channel", 0))]
-        seconds = []
-        for attempt in range(warmup + repeat):
-            work.copy_(pristine[numel])
-            dist.barrier()
-            t0 = time.perf_counter()
-            executor.run(program, work)
-            slowest[0] = time.perf_counter() - t0
-            if attempt == 0:
-                group = next((g for g in run["groups"] if rank in g), [rank])
-                if not torch.equal(work, _expected(numel, group)):
-                    raise SystemExit(f"rank {rank}: {run['id']} gave a wrong result "
-                                     f"(program {run['program']})")
-            dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-            if attempt >= warmup:
-                seconds.append(float(slowest[0]))
-        median = statistics.median(seconds)
-        results.append({"id": run["id"], "seconds": seconds, "median": median})
+        work = pristine[numel].clone()
+        dist.barrier()
+        t0 = time.perf_counter()
+        executors[int(run.get("channel", 0))].run(program, work)
+        slowest[0] = time.perf_counter() - t0
+        if check:
+            group = next((g for g in run["groups"] if rank in g), [rank])
+            if not torch.equal(work, _expected(numel, group)):
+                raise SystemExit(f"rank {rank}: {run['id']} gave a wrong result (program {run['program']})")
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        return float(slowest[0])
+
+    for run, program in zip(runs, programs):
+        for attempt in range(max(1, warmup)):
+            once(run, program, check=attempt == 0)
+    if rank == 0:
+        print(f"checked {len(runs)} programs against the exact sum ({time.perf_counter() - started:.0f} s)",
+              flush=True)
+    times: list[list[float]] = [[] for _ in runs]
+    for number in range(repeat):
+        for index, (run, program) in enumerate(zip(runs, programs)):
+            times[index].append(once(run, program, check=False))
         if rank == 0:
-            print(f"[{number}/{len(runs)}] {run['id']}: median {median * 1e3:.1f} ms "
+            print(f"round {number + 1}/{repeat} of {len(runs)} programs done "
                   f"({time.perf_counter() - started:.0f} s elapsed)", flush=True)
+    results = [{"id": run["id"], "seconds": seconds, "median": statistics.median(seconds)}
+               for run, seconds in zip(runs, times)]
     return results
 
 

@@ -115,7 +115,8 @@ def probes(topology: Topology, large_bytes: int | None = None) -> tuple[list[Pro
             continue
         every = _level_groups(topology, level)
         for shape, collectives in _SHAPES.items():
-            for groups, spread in ((every[:1], "one group"), (every, f"{len(every)} groups")):
+            spreads = [(every[:1], "one group")] + ([(every, f"{len(every)} groups")] if len(every) > 1 else [])
+            for groups, spread in spreads:
                 large = large_bytes or large_probe_bytes(link)
                 for nbytes in (large // SMALL_PROBE_FRACTION, large):
                     steps = tuple(LoweredStep(c[0], tuple(groups), _input_fraction(c[0], len(groups[0])))

@@ -13,6 +13,15 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/p2 ]; th
     exit 0
 fi
 echo "setup: creating .venv/ and installing dependencies (once; log in $log)" >&2
+# The emulated cluster needs iproute2 (ip, tc) and nsenter (util-linux).
+if ! command -v ip >/dev/null || ! command -v tc >/dev/null || ! command -v nsenter >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "setup: installing iproute2 and util-linux with apt-get" >&2
+        apt-get update -qq >/dev/null && apt-get install -y -qq iproute2 util-linux >/dev/null
+    else
+        echo "setup: note: 'ip', 'tc' or 'nsenter' is missing; p2 cluster needs iproute2 and util-linux" >&2
+    fi
+fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 : > "$log"
 pip() {

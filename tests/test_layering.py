@@ -37,3 +37,9 @@ def test_repository_floor():
     commands = [line for line in readme[:6] if line.startswith("scripts/")]
     assert [c.split()[0] for c in commands] == ["scripts/run.sh", "scripts/test.sh"]
     assert "scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_executor_layout_is_pure():
+    # The data layout of lowered programs is planning: no torch, no I/O.
+    for module in imported_modules(ROOT / "enforcer" / "layout.py"):
+        assert not module.startswith(FORBIDDEN), module

@@ -38,7 +38,9 @@ def bench() -> None:
               help="Programs per placement, the simulator's fastest first (0: every program).")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
               help="Timed runs per candidate; the median is reported.")
-@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Untimed runs per candidate.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Untimed runs per candidate before timing (at least one runs: it is checked "
+                   "against the exact sum).")
 @click.option("--max-size", type=int, default=DEFAULT_MAX_SIZE, show_default=True, help="Program size limit.")
 @click.option("--tolerance", type=click.FloatRange(min=0), default=0.05, show_default=True,
               help="Measured times within this fraction of the fastest count as tied (tolerant top-k).")

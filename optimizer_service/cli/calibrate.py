@@ -25,7 +25,8 @@ CALIBRATION_FILE = "calibration.json"
 @click.option("--cluster", "cluster_name", default="p2", show_default=True, help="Emulated cluster ('p2 cluster up').")
 @click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
               help="Timed runs per probe (the median is used).")
-@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True, help="Untimed runs per probe.")
+@click.option("--warmup", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Untimed runs per probe before timing (at least one runs: it is checked).")
 @click.option("--probe-bytes", type=ByteSize(), default=None,
               help="Size of the large probes (default: about 0.25 s at each link's current bandwidth); "
                    "the small ones are an eighth of it.")

@@ -137,3 +137,25 @@ def test_single_rank_reductions_have_nothing_to_measure(loopback_cluster, state)
 def test_help(verb, state):
     result = p2(*verb, "--help", state=state)
     assert result.returncode == 0 and "--json" in result.stdout
+
+
+@pytest.mark.netns
+@pytest.mark.multiproc
+@needs_namespaces
+def test_calibrate_measures_the_second_nic_through_its_own_channel(state, tmp_path):
+    # The second NIC is ten times slower: if channel-1 probes went through nic0,
+    # its fitted bandwidth would come out near nic0's.
+    name = f"{NAME}c"
+    up = p2("cluster", "up", "--name", name, "--nodes", "2", "--per-node", "1", "--nic", "200Mbit/s",
+            "--nic2", "20Mbit/s", "--loopback", "1GB/s", state=state)
+    assert up.returncode == 0, up.stderr
+    try:
+        result = p2("calibrate", "--cluster", name, "--probe-bytes", "2MiB", "--repeat", "1", "--warmup", "1",
+                    "--json", str(tmp_path / "cal.json"), state=state)
+        assert result.returncode == 0, result.stderr[-3000:]
+        links = {link["name"]: link for link in json.loads((tmp_path / "cal.json").read_text())["links"]}
+        assert set(links) == {"nic", "nic2"}  # one rank per node: nothing crosses the loopback
+        assert links["nic2"]["bandwidth_bytes_per_second"] < 0.5 * links["nic"]["bandwidth_bytes_per_second"]
+        assert links["nic2"]["bandwidth_bytes_per_second"] <= 20e6 / 8 * 1.2  # a shaped link is not faster
+    finally:
+        assert p2("cluster", "down", "--name", name, state=state).returncode == 0
