@@ -1,11 +1,13 @@
 """The synthesis benchmark's configurations reproduce the paper's program counts,
-and the benchmark script runs end to end (timings are reported, never asserted)."""
+and the benchmark scripts run end to end (timings are reported, never asserted)."""
 
 import json
 
 import pytest
 
+from benchmarks import reduce as reduce_bench
 from benchmarks import synthesis as bench
+from deploy.emulated import can_manage_namespaces
 from optimizer_service.catalog import load_topology
 from optimizer_service.planner import Planner
 
@@ -25,3 +27,20 @@ def test_benchmark_script_writes_json_and_png(tmp_path, monkeypatch):
     assert data["summary"]["program_counts_matching_paper"] == 3
     assert len(data["paper"]) == 6 and len(data["large"]) == 2
     assert (tmp_path / "synthesis.png").stat().st_size > 10_000
+
+
+@pytest.mark.netns
+@pytest.mark.multiproc
+@pytest.mark.skipif(not can_manage_namespaces(), reason="needs CAP_NET_ADMIN (run as root) for the emulated cluster")
+def test_reduce_benchmark_runs_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(reduce_bench, "CONFIGURATIONS", {(2, 2): [((4,), (0,), 256 * 1024, None)]})
+    assert reduce_bench.main(["--out", str(tmp_path), "--shapes", "2x2", "--nic", "400Mbit/s", "--top", "2",
+                              "--repeat", "1", "--probe-bytes", "1MiB"]) == 0
+    data = json.loads((tmp_path / "reduce.json").read_text())
+    (cluster,) = data["clusters"]
+    assert (cluster["nodes"], cluster["per_node"]) == (2, 2)
+    assert {link["name"] for link in cluster["calibration"]["links"]} == {"loopback", "nic"}
+    (row,) = data["summary"]["rows"]
+    assert row["axes"] == [4] and row["best_speedup_crossing"] > 0
+    assert data["summary"]["accuracy"]["candidates"] == 3  # flat + 2 programs
+    assert (tmp_path / "reduce.png").stat().st_size > 10_000
