@@ -191,6 +191,15 @@ class CostModel:
         src = groups[:, pattern.src]              # (G, F)
         dst = groups[:, pattern.dst]
         volume = np.broadcast_to(pattern.volume * input_bytes, src.shape)
+        return self.flows_seconds(src, dst, volume, pattern.rounds)
+
+    def flows_seconds(self, src: np.ndarray, dst: np.ndarray, volume: np.ndarray, rounds: int) -> float:
+        """Time of concurrent flows ``src[g, f] → dst[g, f]`` carrying ``volume[g, f]``
+        bytes, as groups ``g`` of ``rounds`` sequential rounds (the module docstring)."""
+        src, dst = np.atleast_2d(src), np.atleast_2d(dst)
+        volume = np.broadcast_to(volume, src.shape)
+        if src.size == 0:
+            return 0.0
         level = self.first_differing_level(src, dst)
         flow_time = np.zeros(src.shape)
         for serves, shared_by, bandwidth, instances in self._links:
@@ -203,7 +212,7 @@ class CostModel:
             in_load = np.bincount(in_instance[crosses], weights=volume[crosses], minlength=instances)
             busy = np.maximum(out_load[out_instance], in_load[in_instance]) / bandwidth
             flow_time = np.maximum(flow_time, np.where(crosses, busy, 0.0))
-        latency = self._path_latency[level].max(axis=1) * pattern.rounds
+        latency = self._path_latency[level].max(axis=1) * rounds
         return float((latency + flow_time.max(axis=1)).max())
 
     def lowered_step_seconds(self, step: LoweredStep, nbytes: int) -> float:

@@ -1,0 +1,72 @@
+"""What one motif costs on a topology (Syndicate §4.2's physical plan, priced by
+the P² simulator of :mod:`optimizer_service.costmodel`).
+
+A motif runs on one channel: the cost model for channel ``c`` routes its flows
+over that channel's links (a second NIC) and channel 0's elsewhere
+(:meth:`Topology.links_at`). Collective motifs use the simulator's ring flows
+for their group; an all-to-all motif sends its column range of every block
+directly from each rank to each destination in its window, all at once, so a
+node's NIC is shared by everything crossing it. Every motif also pays a fixed
+``dispatch_seconds`` — the cost of launching one more kernel or message that
+Syndicate names as the reason over-fine segmentation does not pay (§4.2.1,
+"Composition of Operators"); calibrate it from measured motif times.
+
+How payload sizes map onto the simulator's per-member input ``n``: AllReduce,
+Reduce and Broadcast pass the whole range; a ReduceScatter passes the union of
+its parts (each member ends with one); an AllGather passes one part.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optimizer_service.collective import Collective
+from optimizer_service.costmodel import Algorithm, CostModel
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.motifs import Kind, Motif
+from optimizer_service.topology import Topology
+
+#: Per-motif launch overhead when nothing better is known (a small NCCL kernel
+#: launch plus a progress-thread hand-off is tens of microseconds).
+DEFAULT_DISPATCH_SECONDS = 20e-6
+
+_COLLECTIVE = {Kind.ALL_REDUCE: Collective.ALL_REDUCE, Kind.REDUCE_SCATTER: Collective.REDUCE_SCATTER,
+               Kind.ALL_GATHER: Collective.ALL_GATHER, Kind.REDUCE: Collective.REDUCE,
+               Kind.BROADCAST: Collective.BROADCAST}
+
+
+@dataclass
+class MotifCostModel:
+    topology: Topology
+    element_bytes: int = 4
+    dispatch_seconds: float = DEFAULT_DISPATCH_SECONDS
+    _models: dict[int, CostModel] = field(default_factory=dict, repr=False)
+
+    def model(self, channel: int) -> CostModel:
+        if channel not in self.topology.channels:
+            raise InvalidInputError(f"topology {self.topology.name!r} has no channel {channel}; its channels are "
+                                    f"{', '.join(map(str, self.topology.channels))}")
+        if channel not in self._models:
+            self._models[channel] = CostModel(self.topology, Algorithm.RING, channel)
+        return self._models[channel]
+
+    def seconds(self, motif: Motif) -> float:
+        model = self.model(motif.channel)
+        for rank in motif.ranks:
+            if not 0 <= rank < self.topology.device_count:
+                raise InvalidInputError(f"motif {motif} names rank {rank}; topology {self.topology.name!r} "
+                                        f"has ranks 0..{self.topology.device_count - 1}")
+        nbytes = motif.elements * self.element_bytes
+        if nbytes == 0 or len(motif.ranks) < 2:
+            return self.dispatch_seconds
+        ranks = np.asarray(motif.ranks, dtype=np.int64)
+        if motif.kind is Kind.ALL_TO_ALL:
+            n = len(ranks)
+            offsets = np.arange(*motif.window)
+            src = np.repeat(ranks, len(offsets))
+            dst = ranks[(np.repeat(np.arange(n), len(offsets)) + np.tile(offsets, n)) % n]
+            return self.dispatch_seconds + model.flows_seconds(src[None, :], dst[None, :], float(nbytes), 1)
+        per_member = nbytes / len(ranks) if motif.kind is Kind.ALL_GATHER else nbytes
+        return self.dispatch_seconds + model.step_seconds(_COLLECTIVE[motif.kind], ranks[None, :], per_member)
