@@ -1,0 +1,142 @@
+"""The training DAG the joint optimizer schedules (Syndicate §4.3).
+
+Nodes are compute tasks (seconds on the compute stream) and comm-ops (a
+collective over ranks with a payload, turned into motifs by the execution plan
+chosen for it). Edges say what must finish before what. One iteration is
+described once; :meth:`TrainingDAG.unroll` repeats it ``iterations`` times
+(Syndicate unrolls two "to enable cross-iteration optimizations") and wires
+each node's ``after_previous`` dependencies to the previous iteration's nodes,
+so a move across the iteration boundary — the next batch's data-prep
+all-to-all issued during this iteration's backward pass, as in Syndicate's
+Figure 13 — is just a different ``after``/``after_previous`` split.
+
+:func:`to_tasks` lowers a DAG plus one plan per comm-op to the scheduler's
+task list (:mod:`optimizer_service.scheduler`): a comm-op's motifs keep the
+plan's ``Seq``/``Par`` structure as dependencies, its first motifs wait for
+the op's predecessors and its successors wait for its last motifs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.motifs import Kind, Motif, Par, Plan, Seq, comm_op
+from optimizer_service.scheduler import COMPUTE, Task
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    seconds: float = 0.0                       # compute time (0 for comm-ops)
+    comm: Motif | None = None                  # the comm-op, as one whole motif
+    after: tuple[str, ...] = ()                # same-iteration predecessors
+    after_previous: tuple[str, ...] = ()       # predecessors in the previous iteration
+
+    @property
+    def is_comm(self) -> bool:
+        return self.comm is not None
+
+
+@dataclass(frozen=True)
+class TrainingDAG:
+    name: str
+    nodes: tuple[Node, ...]
+    description: str = ""
+    index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+    order: list[int] = field(default_factory=list, compare=False, repr=False)  # a topological order
+
+    def __post_init__(self) -> None:
+        names = [n.name for n in self.nodes]
+        if len(set(names)) != len(names):
+            twice = next(n for n in names if names.count(n) > 1)
+            raise InvalidInputError(f"DAG {self.name!r}: node name {twice!r} appears twice")
+        self.index.update({n: i for i, n in enumerate(names)})
+        for node in self.nodes:
+            for before in node.after + node.after_previous:
+                if before not in self.index:
+                    raise InvalidInputError(f"DAG {self.name!r}: node {node.name!r} waits for unknown node {before!r}")
+            if node.seconds < 0:
+                raise InvalidInputError(f"DAG {self.name!r}: node {node.name!r} has negative time {node.seconds}")
+        self.order.extend(_topological(self))
+
+    @property
+    def comm_ops(self) -> list[Node]:
+        return [n for n in self.nodes if n.is_comm]
+
+    def unroll(self, iterations: int = 2) -> TrainingDAG:
+        """``iterations`` copies, node ``x`` of iteration ``k`` named ``x@k``."""
+        if iterations < 1:
+            raise InvalidInputError(f"cannot unroll {iterations} iterations")
+        nodes = []
+        for k in range(iterations):
+            for node in self.nodes:
+                after = tuple(f"{b}@{k}" for b in node.after)
+                if k > 0:
+                    after += tuple(f"{b}@{k - 1}" for b in node.after_previous)
+                nodes.append(Node(f"{node.name}@{k}", node.seconds, node.comm, after))
+        return TrainingDAG(f"{self.name} x{iterations}", tuple(nodes), self.description)
+
+
+def compute(name: str, seconds: float, *after: str, previous: Sequence[str] = ()) -> Node:
+    return Node(name, seconds, None, tuple(after), tuple(previous))
+
+
+def comm(name: str, kind: Kind, ranks: Sequence[int], elements: int, *after: str,
+         previous: Sequence[str] = ()) -> Node:
+    return Node(name, 0.0, comm_op(kind, ranks, elements), tuple(after), tuple(previous))
+
+
+def to_tasks(dag: TrainingDAG, plans: Mapping[str, Plan], seconds: Callable[[Motif], float]
+             ) -> tuple[list[Task], dict[str, list[int]]]:
+    """Scheduler tasks for ``dag`` with ``plans[name]`` for each comm-op (the
+    whole op as one motif when absent); also each node's task indices."""
+    tasks: list[Task] = []
+    tails: dict[str, list[int]] = {}
+    owned: dict[str, list[int]] = {}
+    for node in (dag.nodes[i] for i in dag.order):
+        before = tuple(t for b in node.after for t in tails[b])
+        if not node.is_comm:
+            tasks.append(Task(node.name, node.seconds, COMPUTE, before))
+            tails[node.name] = owned[node.name] = [len(tasks) - 1]
+            continue
+        start = len(tasks)
+        ends = _lower(plans.get(node.name, node.comm), before, tasks, node.name, seconds)
+        tails[node.name] = ends or list(before)
+        owned[node.name] = list(range(start, len(tasks)))
+    return tasks, owned
+
+
+def _lower(plan: Plan, before: tuple[int, ...], tasks: list[Task], name: str,
+           seconds: Callable[[Motif], float]) -> list[int]:
+    """Append ``plan``'s motifs after ``before``; return the tasks that end it."""
+    if isinstance(plan, Motif):
+        tasks.append(Task(f"{name}:{plan}", seconds(plan), plan.channel, before))
+        return [len(tasks) - 1]
+    if isinstance(plan, Seq):
+        ends = list(before)
+        for part in plan.parts:
+            ends = _lower(part, tuple(ends), tasks, name, seconds)
+        return ends
+    assert isinstance(plan, Par)
+    return [t for part in plan.parts for t in _lower(part, before, tasks, name, seconds)]
+
+
+def _topological(dag: TrainingDAG) -> list[int]:
+    """Kahn's algorithm over same-iteration edges; one line naming a node on a cycle."""
+    waiting = [len(set(n.after)) for n in dag.nodes]
+    successors: list[list[int]] = [[] for _ in dag.nodes]
+    for i, node in enumerate(dag.nodes):
+        for before in set(node.after):
+            successors[dag.index[before]].append(i)
+    order = [i for i, count in enumerate(waiting) if count == 0]
+    for i in order:
+        for s in successors[i]:
+            waiting[s] -= 1
+            if waiting[s] == 0:
+                order.append(s)
+    if len(order) != len(dag.nodes):
+        stuck = next(n.name for i, n in enumerate(dag.nodes) if waiting[i] > 0)
+        raise InvalidInputError(f"DAG {dag.name!r} has a cycle through {stuck!r}")
+    return order
