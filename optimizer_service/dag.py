@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.graph import topological_order
 from optimizer_service.motifs import Kind, Motif, Par, Plan, Seq, comm_op
 from optimizer_service.scheduler import COMPUTE, Task
 
@@ -124,19 +125,11 @@ def _lower(plan: Plan, before: tuple[int, ...], tasks: list[Task], name: str,
 
 
 def _topological(dag: TrainingDAG) -> list[int]:
-    """Kahn's algorithm over same-iteration edges; one line naming a node on a cycle."""
-    waiting = [len(set(n.after)) for n in dag.nodes]
     successors: list[list[int]] = [[] for _ in dag.nodes]
     for i, node in enumerate(dag.nodes):
         for before in set(node.after):
             successors[dag.index[before]].append(i)
-    order = [i for i, count in enumerate(waiting) if count == 0]
-    for i in order:
-        for s in successors[i]:
-            waiting[s] -= 1
-            if waiting[s] == 0:
-                order.append(s)
-    if len(order) != len(dag.nodes):
-        stuck = next(n.name for i, n in enumerate(dag.nodes) if waiting[i] > 0)
-        raise InvalidInputError(f"DAG {dag.name!r} has a cycle through {stuck!r}")
+    order, stuck = topological_order(successors)
+    if stuck is not None:
+        raise InvalidInputError(f"DAG {dag.name!r} has a cycle through {dag.nodes[stuck].name!r}")
     return order

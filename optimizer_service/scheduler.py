@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.graph import topological_order
 
 COMPUTE = -1  # the channel value of compute tasks
 
@@ -85,16 +86,9 @@ def _successors(tasks: Sequence[Task]) -> list[list[int]]:
 
 
 def _topological(tasks: Sequence[Task], successors: list[list[int]]) -> list[int]:
-    indegree = [len(set(t.after)) for t in tasks]
-    order = [i for i, d in enumerate(indegree) if d == 0]
-    for index in order:
-        for s in successors[index]:
-            indegree[s] -= 1
-            if indegree[s] == 0:
-                order.append(s)
-    if len(order) != len(tasks):
-        stuck = next(t.name for i, t in enumerate(tasks) if indegree[i] > 0)
-        raise InvalidInputError(f"the task graph has a cycle (through {stuck!r})")
+    order, stuck = topological_order(successors)
+    if stuck is not None:
+        raise InvalidInputError(f"the task graph has a cycle (through {tasks[stuck].name!r})")
     return order
 
 
