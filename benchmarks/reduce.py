@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from optimizer_service.accuracy import Candidate, evaluate
+from optimizer_service.accuracy import evaluate
+from optimizer_service.cli.bench import measured_candidates
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 2**20
@@ -75,15 +76,11 @@ def run_cluster(shape: tuple[int, int], configs, args, state: Path, env: dict[st
 
 
 def pooled_accuracy(clusters: list[dict]):
-    candidates, placement = [], 0
+    candidates, first = [], 0
     for cluster in clusters:
         for bench in cluster["benches"]:
-            for entry in bench["placements"]:
-                candidates.append(Candidate(placement, entry["flat"]["predicted_seconds"],
-                                            entry["flat"]["measured_seconds"]))
-                candidates += [Candidate(placement, p["predicted_seconds"], p["measured_seconds"])
-                               for p in entry["programs"]]
-                placement += 1
+            candidates += measured_candidates(bench["placements"], first)
+            first += len(bench["placements"])
     return evaluate(candidates)
 
 

@@ -68,7 +68,10 @@ class Schedule:
 
 def bottom_levels(tasks: Sequence[Task]) -> list[float]:
     """Each task's duration plus the longest chain of successors after it."""
-    successors = _successors(tasks)
+    return _bottom_levels(tasks, _successors(tasks))
+
+
+def _bottom_levels(tasks: Sequence[Task], successors: list[list[int]]) -> list[float]:
     level = [0.0] * len(tasks)
     for index in reversed(_topological(tasks, successors)):
         level[index] = tasks[index].seconds + max((level[s] for s in successors[index]), default=0.0)
@@ -99,9 +102,9 @@ def schedule(tasks: Sequence[Task], capacity: int = 1) -> Schedule:
     for task in tasks:
         if not task.seconds >= 0:
             raise InvalidInputError(f"task {task.name!r} has duration {task.seconds!r}; it must be >= 0")
-    level = bottom_levels(tasks)
-    waiting = [len(set(t.after)) for t in tasks]
     successors = _successors(tasks)
+    level = _bottom_levels(tasks, successors)
+    waiting = [len(set(t.after)) for t in tasks]
     release = [0.0] * len(tasks)
     start = [0.0] * len(tasks)
     end = [0.0] * len(tasks)

@@ -72,7 +72,7 @@ def reduce_bench(settings: Settings, cluster_name: str, axes: tuple[int, ...], r
         raise click.BadParameter("needs at least one float32 (4 bytes)", param_hint="--bytes")
     report = Planner(settings.limits()).synthesize(topology, axes, reduce_axes, nbytes, Algorithm.RING, max_size)
     span = topology.devices_per_instance(0)
-    placements, runs, candidates = [], [], []
+    placements, runs = [], []
     for index, placement in enumerate(report.placements):
         groups = tuple(map(tuple, PlacementMap.build(placement.matrix, report.reduce).reduction_groups.tolist()))
         if len(groups[0]) < 2:
@@ -98,7 +98,7 @@ def reduce_bench(settings: Settings, cluster_name: str, axes: tuple[int, ...], r
     click.echo(f"bench: {len(runs)} distinct candidates over {len(placements)} placements on cluster "
                f"{info.name!r}, {format_bytes(nbytes)} per rank, {warmup}+{repeat} runs each", err=True)
     measured = measure(info, runs, warmup=warmup, repeat=repeat, no_shaping=no_shaping)
-    for number, entry in enumerate(placements):
+    for entry in placements:
         flat = entry["flat"]
         result = measured[flat.pop("run")]
         flat.update(measured_seconds=result.median, runs_seconds=list(result.seconds))
@@ -107,9 +107,7 @@ def reduce_bench(settings: Settings, cluster_name: str, axes: tuple[int, ...], r
             program.update(measured_seconds=result.median, runs_seconds=list(result.seconds),
                            speedup=speedup(flat["measured_seconds"], result.median),
                            predicted_speedup=speedup(flat["predicted_seconds"], program["predicted_seconds"]))
-            candidates.append(Candidate(number, program["predicted_seconds"], result.median))
-        candidates.append(Candidate(number, flat["predicted_seconds"], flat["measured_seconds"]))
-    accuracy = evaluate(candidates, tolerance)
+    accuracy = evaluate(measured_candidates(placements), tolerance)
     data = {"cluster": info.name, "topology": topology.to_dict(), "shaped": info.shaped and not no_shaping,
             "axes": list(axes), "reduce": list(report.reduce), "bytes": nbytes, "top": top,
             "warmup": warmup, "repeat": repeat, "placements": placements,
@@ -122,6 +120,13 @@ def reduce_bench(settings: Settings, cluster_name: str, axes: tuple[int, ...], r
         click.echo(render_bench(data))
     elif plot_out is not None:
         print(f"plot: {plot_out}", file=sys.stderr)
+
+
+def measured_candidates(placements: list[dict], first: int = 0) -> list[Candidate]:
+    """Every measured candidate (flat AllReduce and programs) of ``placements``
+    (the ``--json`` entries), numbered by placement from ``first``."""
+    return [Candidate(first + number, c["predicted_seconds"], c["measured_seconds"])
+            for number, entry in enumerate(placements) for c in [entry["flat"], *entry["programs"]]]
 
 
 def _crosses(groups: tuple[tuple[int, ...], ...], span: int) -> bool:

@@ -13,7 +13,7 @@ from deploy.emulated import load_cluster
 from optimizer_service.calibration import Probe, fit, probes
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.measure_job import Run, measure
-from optimizer_service.cli.params import ByteSize, write_json
+from optimizer_service.cli.params import ByteSize, replace_file, write_json
 from optimizer_service.costmodel import CostModel
 from optimizer_service.topology import Topology
 from optimizer_service.units import human_rate, human_seconds
@@ -80,8 +80,8 @@ def calibrate(cluster_name: str, repeat: int, warmup: int, probe_bytes: int | No
         "topology": calibrated.to_dict(),
     }
     if not dry_run:
-        _replace(info.topology_path, calibrated.to_yaml())
-        _replace(info.state_dir / CALIBRATION_FILE, json.dumps(record, indent=1) + "\n")
+        replace_file(info.topology_path, calibrated.to_yaml())
+        replace_file(info.state_dir / CALIBRATION_FILE, json.dumps(record, indent=1) + "\n")
     if json_out is not None:
         write_json(record, json_out)
     if json_out != "-":
@@ -94,12 +94,6 @@ def _base_description(text: str) -> str:
 
 def _predict(topology: Topology, probe: Probe) -> float:
     return CostModel(topology, channel=probe.channel).program_seconds(probe.program, probe.nbytes)
-
-
-def _replace(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def _render(fits, path: Path, dry_run: bool) -> str:

@@ -21,11 +21,6 @@ from optimizer_service.errors import JobFailedError
 from optimizer_service.lowering import LoweredProgram
 
 
-#: c10d warns on every rank that a namespace has no resolvable hostname; the
-#: measurement does not need one. An explicit TORCH_CPP_LOG_LEVEL wins.
-QUIET_TORCH = {"TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
-
-
 @dataclass(frozen=True)
 class Run:
     id: str
@@ -53,9 +48,15 @@ def measure(info: ClusterInfo, runs: list[Run], *, warmup: int, repeat: int, no_
         spec_path.write_text(json.dumps(spec))
         Path(folder).chmod(0o755)
         code = run_ranks(info, [sys.executable, "-m", "enforcer.measure", str(spec_path), str(out_path)],
-                         env=QUIET_TORCH, no_shaping=no_shaping, timeout=timeout, out=sys.stderr)
+                         env=_quiet_torch(), no_shaping=no_shaping, timeout=timeout, out=sys.stderr)
         if code != 0 or not out_path.exists():
             raise JobFailedError(f"the measurement job on cluster {info.name!r} failed (exit code {code}); "
                                     "the ranks' output above says why")
         result = json.loads(out_path.read_text())
     return {r["id"]: Measured(r["median"], tuple(r["seconds"])) for r in result["runs"]}
+
+
+def _quiet_torch() -> dict[str, str]:
+    """c10d warns on every rank that a namespace has no resolvable hostname; the
+    measurement does not need one. An explicit TORCH_CPP_LOG_LEVEL wins."""
+    return {"TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}

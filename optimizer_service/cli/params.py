@@ -58,6 +58,12 @@ def write_json(data: Any, out: str) -> None:
         raise InvalidInputError(f"--json {out}: is a directory; give a file name")
     if not path.parent.exists():
         raise InvalidInputError(f"--json {out}: folder {path.parent} does not exist")
+    replace_file(path, text)
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (a failure leaves the old file), with
+    ordinary permissions."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
