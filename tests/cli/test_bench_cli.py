@@ -91,6 +91,11 @@ def check_bench(name: str, state: Path, tmp_path: Path, *extra: str) -> dict:
 def test_calibrate_then_bench_on_a_loopback_cluster(loopback_cluster, state, tmp_path):
     topology_file = state / loopback_cluster / "topology.yaml"
     before = load_topology(str(topology_file))
+    text = topology_file.read_text()
+    dry = p2("calibrate", "--cluster", loopback_cluster, "--probe-bytes", "4MiB", "--repeat", "1",
+             "--warmup", "1", "--dry-run", "--json", "-", state=state)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert json.loads(dry.stdout)["written"] is False and topology_file.read_text() == text
     result = p2("calibrate", "--cluster", loopback_cluster, "--probe-bytes", "4MiB", "--repeat", "2",
                 "--warmup", "1", "--json", str(tmp_path / "cal.json"), state=state)
     assert result.returncode == 0, result.stderr[-3000:]
