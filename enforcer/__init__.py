@@ -1,8 +1,31 @@
 """The enforcer: the data plane that runs plans on torch.distributed.
 
-* :mod:`enforcer.layout` — which element ranges each device moves in each step
-  of a lowered reduction program (pure);
-* :mod:`enforcer.p2p` — bandwidth-optimal ReduceScatter, AllGather, Reduce and
-  Broadcast from the inner backend's send/recv;
-* :mod:`enforcer.executor` — runs lowered programs on a flat tensor.
+Importing this package registers the ``p2enforcer`` backend with
+torch.distributed; torch also imports it by itself through the
+``torch.backends`` entry point (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``), so
+training scripts only change ``backend="p2enforcer"``.
+
+* :mod:`enforcer.backend` — the process group: passthrough, trace, plans;
+* :mod:`enforcer.trace` — what it saw, exported as JSON;
+* :mod:`enforcer.bypass` — counts ops that reach the inner backend directly;
+* :mod:`enforcer.plan` — the plan it installs (pure);
+* :mod:`enforcer.runtime` — ordered dispatch of motifs over channels;
+* :mod:`enforcer.layout`, :mod:`enforcer.p2p`, :mod:`enforcer.executor` —
+  P² reduction programs on a flat tensor.
 """
+
+
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point. Importing the package registers the
+    backend (at the end of this file); this is defined first so torch finds it
+    even when torch's own import was started by importing this package."""
+
+
+from enforcer.api import (  # noqa: E402
+    attach, bypass_counts, export_trace, install_plan, metrics_text, register, remove_plan, step, trace)
+
+__all__ = ["attach", "bypass_counts", "export_trace", "install_plan", "metrics_text", "register",
+           "remove_plan", "step", "trace"]
+
+register()

@@ -1,0 +1,99 @@
+"""What training scripts and the service call: iteration steps, traces, plans, counters."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import torch.distributed as dist
+
+from enforcer import bypass, state
+from enforcer.trace import trace_path
+
+log = logging.getLogger("enforcer")
+
+
+def register() -> None:
+    """Register the ``p2enforcer`` backend (done on ``import enforcer``; idempotent)."""
+    from enforcer.backend import register as register_backend
+    register_backend()
+    bypass.install()
+
+
+def step() -> int:
+    """Mark an iteration boundary (call after ``optimizer.step()``); returns the new iteration."""
+    iteration = state.tracer().step()
+    for group in state.groups().values():
+        if group.runtime is not None:
+            group.runtime.step()
+    return iteration
+
+
+def attach(optimizer) -> None:
+    """Call :func:`step` after every ``optimizer.step()`` (a post-step hook)."""
+    optimizer.register_step_post_hook(lambda *_: step())
+
+
+def trace() -> dict:
+    """This rank's trace as a dict (see :mod:`enforcer.trace`)."""
+    return state.tracer().to_dict()
+
+
+def export_trace(path: str | os.PathLike | None = None) -> Path:
+    """Write this rank's trace as JSON to ``path`` (default: ``P2_TRACE_FILE``)."""
+    tracer = state.tracer()
+    if path is None:
+        template = os.environ.get("P2_TRACE_FILE")
+        if not template:
+            raise ValueError("no trace path: pass one or set P2_TRACE_FILE (may contain {rank})")
+        path = trace_path(template, tracer.rank)
+    return tracer.export(path)
+
+
+def bypass_counts() -> dict[str, int]:
+    """Ops that reached an enforcer group's inner backend without the enforcer, by op."""
+    return dict(state.tracer().bypassed)
+
+
+def metrics_text() -> str:
+    """This rank's counters in the Prometheus text format."""
+    tracer = state.tracer()
+    lines = ["# HELP p2enforcer_ops_total Comm-ops that entered the enforcer, by kind.",
+             "# TYPE p2enforcer_ops_total counter"]
+    lines += [f'p2enforcer_ops_total{{rank="{tracer.rank}",kind="{k}"}} {v}' for k, v in sorted(tracer.counts.items())]
+    lines += ["# HELP p2enforcer_bypassed_total Comm-ops that reached the inner backend directly, by op.",
+              "# TYPE p2enforcer_bypassed_total counter"]
+    lines += [f'p2enforcer_bypassed_total{{rank="{tracer.rank}",op="{k}"}} {v}'
+              for k, v in sorted(tracer.bypassed.items())]
+    waits = tracer.to_dict()["waits"]
+    lines += ["# HELP p2enforcer_dispatch_wait_seconds_total Time the dispatcher waited for the next motif.",
+              "# TYPE p2enforcer_dispatch_wait_seconds_total counter",
+              f'p2enforcer_dispatch_wait_seconds_total{{rank="{tracer.rank}"}} {sum(w["seconds"] for w in waits)}']
+    return "\n".join(lines) + "\n"
+
+
+def _enforcer_group(group):
+    from enforcer.backend import EnforcerGroup
+    group = group or dist.group.WORLD
+    if not isinstance(group, EnforcerGroup):
+        raise ValueError("plans are installed on a p2enforcer process group; "
+                         'init_process_group(backend="p2enforcer") first')
+    return group
+
+
+def install_plan(plan, group=None) -> None:
+    """Install ``plan`` (a :class:`enforcer.plan.Plan`, its JSON text, or a path)
+    on ``group`` (default: the world). Collective: every rank of the group calls
+    it at the same point between iterations. Raises ``PlanError`` and leaves the
+    group in its current mode when the plan does not fit the job."""
+    from enforcer.runtime import install
+    install(_enforcer_group(group), plan)
+
+
+def remove_plan(group=None) -> None:
+    """Back to passthrough (collective, like :func:`install_plan`)."""
+    group = _enforcer_group(group)
+    if group.runtime is not None:
+        group.runtime.close()
+        group.runtime = None

@@ -1,0 +1,95 @@
+"""The inner backends the enforcer issues motifs on: which one per device, and how to make one.
+
+``P2_INNER_BACKEND`` chooses: a single name (``gloo``, ``nccl``, ``ucc``) for
+every device, or a map like ``cpu:gloo,cuda:nccl``. Unset: gloo for CPU
+tensors; for CUDA tensors NCCL when torch has it and a GPU is present (else
+gloo, which also handles CUDA tensors, slowly). UCC is used only when asked
+for and torch was built with it.
+
+Inner backends are made directly from a store (no ``new_group``, which is
+collective over the whole world and would re-enter this backend): only the
+members of a group take part in creating its backend. A channel's backend is
+bound to one network interface (gloo's transport device), so motifs on
+different channels travel over different NICs.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+ENV_VAR = "P2_INNER_BACKEND"
+KNOWN = ("gloo", "nccl", "ucc")
+
+
+class InnerBackendError(ValueError):
+    """A ``P2_INNER_BACKEND`` value this torch cannot honour."""
+
+
+def _available(name: str) -> bool:
+    return {"gloo": dist.is_gloo_available, "nccl": dist.is_nccl_available,
+            "ucc": dist.is_ucc_available}[name]()
+
+
+def default_map() -> dict[str, str]:
+    devices = {"cpu": "gloo"}
+    if torch.cuda.is_available():
+        devices["cuda"] = "nccl" if dist.is_nccl_available() else "gloo"
+    return devices
+
+
+def parse_inner(value: str | None) -> dict[str, str]:
+    """``P2_INNER_BACKEND`` as ``{device type: backend name}``."""
+    if value is None or not value.strip():
+        return default_map()
+    value = value.strip().lower()
+    if ":" not in value:
+        mapping = {device: value for device in default_map()}
+    else:
+        mapping = {}
+        for item in value.split(","):
+            device, _, name = item.partition(":")
+            if not device.strip() or not name.strip():
+                raise InnerBackendError(f"{ENV_VAR}={value!r}: expected DEVICE:BACKEND pairs like cpu:gloo,cuda:nccl")
+            mapping[device.strip()] = name.strip()
+    for device, name in mapping.items():
+        if name not in KNOWN:
+            raise InnerBackendError(f"{ENV_VAR}: unknown inner backend {name!r} for {device}; use one of {', '.join(KNOWN)}")
+        if not _available(name):
+            raise InnerBackendError(f"{ENV_VAR}: torch {torch.__version__} was built without {name}; "
+                                    f"use {'gloo' if device == 'cpu' else 'gloo or nccl'} for {device}")
+    return mapping
+
+
+def from_env() -> dict[str, str]:
+    return parse_inner(os.environ.get(ENV_VAR))
+
+
+def create(name: str, store: dist.Store, rank: int, size: int, timeout: timedelta,
+           interface: str | None = None) -> dist.Backend:
+    """A fresh inner backend of ``name`` for ``size`` members (this one ``rank``)."""
+    if timeout is None:
+        timeout = timedelta(minutes=30)
+    if name == "gloo":
+        if not interface:       # torch's own default: honours GLOO_SOCKET_IFNAME
+            return dist.ProcessGroupGloo(store, rank, size, timeout)
+        options = dist.ProcessGroupGloo._Options()
+        options._timeout = timeout
+        options._devices = [dist.ProcessGroupGloo.create_device(interface=interface)]
+        return dist.ProcessGroupGloo(store, rank, size, options)
+    if name == "nccl":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, size, options)
+    if name == "ucc":
+        from torch._C._distributed_c10d import ProcessGroupUCC
+        return ProcessGroupUCC(store, rank, size, timeout)
+    raise InnerBackendError(f"unknown inner backend {name!r}")
+
+
+def backend_type(name: str) -> dist.ProcessGroup.BackendType:
+    return {"gloo": dist.ProcessGroup.BackendType.GLOO, "nccl": dist.ProcessGroup.BackendType.NCCL,
+            "ucc": dist.ProcessGroup.BackendType.UCC}[name]

@@ -1,0 +1,90 @@
+"""Process-wide enforcer state: the trace, the live groups, and the export at exit.
+
+One training process is one rank; every ``p2enforcer`` group in it shares one
+:class:`~enforcer.trace.Tracer` (created with the default group, whose rank
+and size are the process's global ones). ``P2_TRACE_FILE`` names where the
+trace is written when the default group is destroyed or the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import weakref
+
+from enforcer.trace import DEFAULT_LIMIT, Tracer, trace_path
+
+log = logging.getLogger("enforcer")
+
+_tracer: Tracer | None = None
+_groups: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_tls = threading.local()
+_lock = threading.Lock()
+
+
+def tracer() -> Tracer:
+    """The process's tracer, made on first use from the global rank."""
+    global _tracer
+    with _lock:
+        if _tracer is None:
+            rank, size = _global_rank_and_size()
+            limit = int(os.environ.get("P2_TRACE_LIMIT", DEFAULT_LIMIT))
+            _tracer = Tracer(rank, size, limit)
+            atexit.register(export_from_env)
+        return _tracer
+
+
+def _global_rank_and_size() -> tuple[int, int]:
+    # The default group is being created when the first p2enforcer group is
+    # made, so torch cannot tell us yet; the launch environment can.
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def reset_tracer(rank: int, size: int) -> Tracer:
+    """Start a fresh trace (the default group was re-created)."""
+    global _tracer
+    with _lock:
+        limit = int(os.environ.get("P2_TRACE_LIMIT", DEFAULT_LIMIT))
+        if _tracer is None:
+            atexit.register(export_from_env)
+        _tracer = Tracer(rank, size, limit)
+        return _tracer
+
+
+def register_group(group) -> None:
+    _groups[group.group_label] = group
+
+
+def unregister_group(group) -> None:
+    if _groups.get(group.group_label) is group:
+        del _groups[group.group_label]
+
+
+def groups() -> dict:
+    return dict(_groups)
+
+
+def group_named(name: str):
+    return _groups.get(name)
+
+
+def entered() -> None:
+    """Mark that an op entered an enforcer group on this thread (see :mod:`enforcer.bypass`)."""
+    _tls.entered = getattr(_tls, "entered", 0) + 1
+
+
+def entered_count() -> int:
+    return getattr(_tls, "entered", 0)
+
+
+def export_from_env() -> None:
+    template = os.environ.get("P2_TRACE_FILE")
+    if not template or _tracer is None or not (_tracer.counts or _tracer.bypassed):
+        return
+    try:
+        path = _tracer.export(trace_path(template, _tracer.rank))
+        log.info("p2enforcer: trace of rank %d written to %s", _tracer.rank, path)
+    except OSError as error:
+        log.warning("p2enforcer: could not write the trace to %s: %s", template, error)

@@ -1,0 +1,220 @@
+"""What the enforcer saw: every comm-op of this rank, iteration boundaries, waits.
+
+The trace is the optimizer's input (Syndicate §5: the plan is made from a
+profile of one iteration; ARCHITECTURE.md "Trace"). Per rank it records every
+op that reached a ``p2enforcer`` process group, in submission order:
+
+* ``iteration`` and ``seq`` — the op's position in its iteration (all groups),
+  and ``group_seq`` — its position among the ops of its group, which is the
+  sequence number a plan keys ops by (:mod:`enforcer.plan`);
+* ``kind``, ``dtype``, ``bytes`` (the size of the op's buffer: the tensor for
+  all_reduce/broadcast/reduce, the output of gathers, the input of
+  reduce-scatters and all-to-alls), ``group`` (global ranks in group order);
+* ``issued`` and ``completed`` — seconds since the trace started (one
+  monotonic clock per rank), and ``gap`` — ``issued`` minus the completion of
+  the previous op, i.e. the compute between them (negative when the op was
+  issued while the previous one was still running).
+
+Iteration boundaries come from :meth:`Tracer.step` (``enforcer.step()``, or
+the hook :func:`enforcer.attach` puts on an optimizer). Without a single
+``step``, :func:`detect_period` finds them from the repeating op signature
+sequence when the trace is exported: the ops before the first full period
+(setup, e.g. DDP's initial parameter broadcast) get iteration ``-1``.
+
+Waits are the dispatcher's measured waits for the next motif in plan order
+(Syndicate Pseudocode 2), and ``bypassed`` counts ops that reached the inner
+backend without passing through the enforcer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+TRACE_FORMAT = "p2enforcer-trace"
+#: Most recent ops kept per rank (older ones are dropped and counted).
+DEFAULT_LIMIT = 200_000
+
+
+@dataclass
+class OpRecord:
+    iteration: int
+    seq: int
+    group_seq: int
+    kind: str
+    dtype: str
+    bytes: int
+    group: tuple[int, ...]
+    group_name: str
+    issued: float
+    completed: float | None = None
+    enforced: bool = False
+
+    @property
+    def signature(self) -> tuple:
+        return (self.kind, self.dtype, self.bytes, self.group)
+
+
+@dataclass(frozen=True)
+class Wait:
+    iteration: int
+    order: int          # the plan sequence number waited for
+    seconds: float
+
+
+def detect_period(signatures: Sequence[tuple]) -> tuple[int, int] | None:
+    """``(start, period)`` of the shortest period that repeats at least twice
+    up to the end of ``signatures`` (only a prefix may differ), or ``None``.
+
+    Our reading of "detected from the repeating op signature sequence": an
+    iteration is the shortest block of ops that the tail of the trace repeats;
+    the last block may be cut off (an iteration still running) and the ops
+    before the first full block are setup. Ties go to the earliest start.
+    """
+    n = len(signatures)
+    for period in range(1, n // 2 + 1):
+        # Walk back from the end while the sequence agrees with itself one period on.
+        i = n - period - 1
+        while i >= 0 and signatures[i] == signatures[i + period]:
+            i -= 1
+        start = i + 1
+        if n - start >= 2 * period:
+            return start, period
+    return None
+
+
+class Tracer:
+    """The per-rank trace; thread-safe (completions arrive on backend threads)."""
+
+    def __init__(self, rank: int, world_size: int, limit: int = DEFAULT_LIMIT) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.started = time.perf_counter()
+        self.started_unix = time.time()
+        self._ops: deque[OpRecord] = deque(maxlen=limit)
+        self._dropped = 0
+        self._waits: deque[Wait] = deque(maxlen=limit)
+        self._lock = threading.Lock()
+        self.iteration = 0
+        self.steps = 0
+        self._seq = 0
+        self._group_seq: dict[str, int] = {}
+        self.bypassed: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.started
+
+    def issue(self, kind: str, dtype: str, nbytes: int, group: tuple[int, ...], group_name: str) -> OpRecord:
+        with self._lock:
+            group_seq = self._group_seq.get(group_name, 0)
+            self._group_seq[group_name] = group_seq + 1
+            record = OpRecord(self.iteration, self._seq, group_seq, kind, dtype, nbytes, group, group_name,
+                              time.perf_counter() - self.started)
+            self._seq += 1
+            if len(self._ops) == self._ops.maxlen:
+                self._dropped += 1
+            self._ops.append(record)
+            self.counts[kind] += 1
+        return record
+
+    def complete(self, record: OpRecord) -> None:
+        record.completed = time.perf_counter() - self.started
+
+    def step(self) -> int:
+        """Close the current iteration; returns the new iteration index."""
+        with self._lock:
+            self.iteration += 1
+            self.steps += 1
+            self._seq = 0
+            self._group_seq.clear()
+            return self.iteration
+
+    def wait(self, order: int, seconds: float) -> None:
+        self._waits.append(Wait(self.iteration, order, seconds))
+
+    def bypass(self, kind: str) -> int:
+        with self._lock:
+            self.bypassed[kind] += 1
+            return self.bypassed[kind]
+
+    # ----------------------------------------------------------------- export
+    def to_dict(self) -> dict:
+        with self._lock:
+            ops = [asdict(r) for r in self._ops]
+            waits = [asdict(w) for w in self._waits]
+            dropped = self._dropped
+            steps = self.steps
+        boundaries = "step"
+        if steps == 0:
+            boundaries = _assign_detected_iterations(ops)
+        previous_completion = None
+        for op in ops:
+            op["group"] = list(op["group"])
+            op["gap"] = None if previous_completion is None else op["issued"] - previous_completion
+            previous_completion = op["completed"]
+        return {
+            "format": TRACE_FORMAT,
+            "version": 1,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "started_unix": self.started_unix,
+            "boundaries": boundaries,
+            "iterations": _iteration_spans(ops),
+            "ops": ops,
+            "dropped_ops": dropped,
+            "waits": waits,
+            "op_counts": dict(self.counts),
+            "bypassed": dict(self.bypassed),
+        }
+
+    def export(self, path: str | os.PathLike) -> Path:
+        """Write the trace as JSON (atomically) and return the path."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        os.replace(tmp, path)
+        return path
+
+
+def _assign_detected_iterations(ops: list[dict]) -> str:
+    """Renumber ``iteration``/``seq``/``group_seq`` from the detected period."""
+    found = detect_period([(o["kind"], o["dtype"], o["bytes"], tuple(o["group"])) for o in ops])
+    if found is None:
+        return "none"
+    start, period = found
+    group_seq: dict[tuple[int, str], int] = {}
+    for index, op in enumerate(ops):
+        iteration = -1 if index < start else (index - start) // period
+        op["iteration"] = iteration
+        op["seq"] = index - start - iteration * period if iteration >= 0 else index
+        key = (iteration, op["group_name"])
+        op["group_seq"] = group_seq.get(key, 0)
+        group_seq[key] = op["group_seq"] + 1
+    return "detected"
+
+
+def _iteration_spans(ops: list[dict]) -> list[dict]:
+    spans: dict[int, dict] = {}
+    for op in ops:
+        span = spans.setdefault(op["iteration"], {"index": op["iteration"], "ops": 0,
+                                                  "start": op["issued"], "end": op["issued"]})
+        span["ops"] += 1
+        span["end"] = max(span["end"], op["completed"] if op["completed"] is not None else op["issued"])
+    return [spans[k] for k in sorted(spans)]
+
+
+def trace_path(template: str, rank: int) -> Path:
+    """``P2_TRACE_FILE`` for this rank: ``{rank}`` in it is replaced by the rank;
+    without it each rank writes ``STEM.rankR.SUFFIX`` beside the given name."""
+    if "{rank}" in template:
+        return Path(template.format(rank=rank))
+    path = Path(template)
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix or '.json'}")

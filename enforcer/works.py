@@ -1,0 +1,118 @@
+"""Work objects the enforcer hands back, and completion tracking.
+
+Collectives of the inner backends return Works with a future, so a completion
+callback on it timestamps the op at no cost to the caller. gloo's send/recv
+Works have no future; :class:`TrackedWork` wraps them and timestamps the op
+when it is waited on. Ops run under a plan complete through a
+``torch.futures.Future`` the dispatcher resolves (:func:`future_work`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _create_work_from_future
+
+_NO_TIMEOUT = timedelta(0)
+
+
+def on_complete(work: dist.Work, done: Callable[[], None]) -> dist.Work:
+    """``work`` itself, with ``done`` called when it completes (on the backend's
+    thread); a :class:`TrackedWork` around it when it has no future."""
+    try:
+        future = work.get_future()
+    except RuntimeError:            # "Work::getFuture not implemented" (some gloo ops)
+        return TrackedWork(work, done)
+    future.add_done_callback(lambda _future: done())
+    return work
+
+
+class TrackedWork(dist.Work):
+    """A future-less Work (gloo send/recv) that reports its completion when waited on."""
+
+    def __init__(self, inner: dist.Work, done: Callable[[], None]) -> None:
+        super().__init__()
+        self._inner = inner
+        self._done = done
+        self._reported = False
+
+    def _report(self) -> None:
+        if not self._reported:
+            self._reported = True
+            self._done()
+
+    def wait(self, timeout: timedelta = _NO_TIMEOUT) -> bool:
+        result = self._inner.wait(timeout) if timeout != _NO_TIMEOUT else self._inner.wait()
+        self._report()
+        return result
+
+    def is_completed(self) -> bool:
+        completed = self._inner.is_completed()
+        if completed:
+            self._report()
+        return completed
+
+    def is_success(self) -> bool:
+        return self._inner.is_success()
+
+    def exception(self):
+        return self._inner.exception()
+
+    def source_rank(self) -> int:
+        return self._inner.source_rank()
+
+    def _source_rank(self) -> int:
+        return self._inner._source_rank()
+
+    def result(self) -> list[torch.Tensor]:
+        return self._inner.result()
+
+    def synchronize(self) -> None:
+        self._inner.synchronize()
+
+    def get_future(self) -> torch.futures.Future:
+        return self._inner.get_future()
+
+
+def future_work(future: torch.futures.Future) -> dist.Work:
+    """A Work that completes with ``future`` (whose result is the op's tensors)."""
+    return _create_work_from_future(future)
+
+
+def all_of(works: list[dist.Work], outputs: list[torch.Tensor]) -> dist.Work:
+    """One Work that completes when every one of ``works`` has, with ``outputs``
+    as its result. Works without a future are waited for on a shared waiter thread."""
+    future = torch.futures.Future()
+    try:
+        futures = [w.get_future() for w in works]
+    except RuntimeError:
+        _waiter().submit(_wait_all, works, future, outputs)
+        return future_work(future)
+    if not futures:
+        future.set_result(outputs)
+        return future_work(future)
+    return future_work(torch.futures.collect_all(futures).then(lambda _done: outputs))
+
+
+def _wait_all(works: list[dist.Work], future: torch.futures.Future, outputs: list[torch.Tensor]) -> None:
+    try:
+        for work in works:
+            work.wait()
+    except Exception as error:  # noqa: BLE001 — handed to whoever waits on the op
+        future.set_exception(error)
+        return
+    future.set_result(outputs)
+
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _waiter() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="p2enforcer-waiter")
+    return _pool

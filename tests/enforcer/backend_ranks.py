@@ -1,0 +1,46 @@
+"""What each rank runs in the backend tests (imported by spawned ranks)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as fc
+
+import enforcer
+
+
+def iterations(count: int, mark_steps: bool) -> dict:
+    """``count`` identical iterations after one setup op; the exported trace."""
+    rank = dist.get_rank()
+    dist.broadcast(torch.zeros(5), src=0)                     # setup, before the first iteration
+    if mark_steps:
+        enforcer.step()
+    for _ in range(count):
+        a = torch.full((1000,), float(rank))
+        work = dist.all_reduce(a, async_op=True)
+        b = torch.empty(dist.get_world_size() * 7, dtype=torch.float64)
+        dist.all_gather_into_tensor(b, torch.ones(7, dtype=torch.float64))
+        work.wait()
+        if rank == 0:
+            dist.send(torch.ones(3), 1)
+        elif rank == 1:
+            dist.recv(torch.empty(3), 0)
+        if mark_steps:
+            enforcer.step()
+    path = enforcer.export_trace(os.path.join(os.environ["P2_TEST_DIR"], f"trace{rank}.json"))
+    return json.loads(path.read_text())
+
+
+def bypasses() -> dict:
+    """A functional collective (intercepted) and a raw dispatcher op (bypasses)."""
+    world = dist.group.WORLD
+    fc.wait_tensor(fc.all_gather_tensor(torch.ones(3), 0, world))
+    torch.ops.c10d.barrier.default(torch.empty(0), world.boxed(), [], -1).wait()
+    torch.ops.c10d.barrier.default(torch.empty(0), world.boxed(), [], -1).wait()
+    gloo = dist.new_group(backend="gloo")                      # not ours: never counted
+    torch.ops.c10d.barrier.default(torch.empty(0), gloo.boxed(), [], -1).wait()
+    return {"bypassed": enforcer.bypass_counts(), "metrics": enforcer.metrics_text(),
+            "ops": enforcer.trace()["op_counts"]}

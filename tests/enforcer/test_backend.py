@@ -1,0 +1,87 @@
+"""The p2enforcer backend: registration, the trace, and counting what bypasses it."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from enforcer.trace import detect_period, trace_path
+from tests.enforcer import backend_ranks
+from tests.support.multiproc import run_world
+
+INIT_ONE_RANK = ("import torch.distributed as dist; "
+                 "dist.init_process_group('p2enforcer', store=dist.HashStore(), rank=0, world_size=1); "
+                 "import torch; t = torch.ones(3); dist.all_reduce(t); "
+                 "print(type(dist.group.WORLD).__name__, t.tolist())")
+
+
+def python(code: str, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **env})
+
+
+def test_torch_loads_the_backend_by_itself():
+    done = python(INIT_ONE_RANK)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["EnforcerGroup", "[1.0,", "1.0,", "1.0]"]
+
+
+def test_without_autoload_import_enforcer_registers_it():
+    refused = python(INIT_ONE_RANK, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert refused.returncode != 0 and "P2ENFORCER" in refused.stderr.upper()
+    done = python("import enforcer; " + INIT_ONE_RANK, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("EnforcerGroup")
+
+
+def test_bad_inner_backend_is_one_clear_line():
+    done = python(INIT_ONE_RANK, P2_INNER_BACKEND="cpu:carrier-pigeon")
+    assert done.returncode != 0
+    assert "P2_INNER_BACKEND: unknown inner backend 'carrier-pigeon' for cpu" in done.stderr
+
+
+def test_detect_period_finds_the_shortest_repeat_after_a_setup_prefix():
+    assert detect_period(list("xABCABCABC")) == (1, 3)
+    assert detect_period(list("xABCABCAB")) == (1, 3)        # last iteration cut off
+    assert detect_period(list("AAAA")) == (0, 1)
+    assert detect_period(list("ABCD")) is None
+    assert detect_period([]) is None
+
+
+def test_trace_path_per_rank():
+    assert str(trace_path("/t/run-{rank}.json", 3)) == "/t/run-3.json"
+    assert str(trace_path("/t/run.json", 3)) == "/t/run.rank3.json"
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("mark_steps", [True, False])
+def test_trace_records_every_op_with_iterations(tmp_path, mark_steps):
+    traces = run_world(3, backend_ranks.iterations, 4, mark_steps, backend="p2enforcer",
+                       env={"P2_TEST_DIR": str(tmp_path)})
+    for rank, trace in enumerate(traces):
+        assert trace["format"] == "p2enforcer-trace" and trace["rank"] == rank and trace["world_size"] == 3
+        ops = trace["ops"]
+        per_iteration = 3 if rank in (0, 1) else 2
+        assert len(ops) == 1 + 4 * per_iteration
+        assert trace["boundaries"] == ("step" if mark_steps else "detected")
+        first = ops[1:1 + per_iteration]
+        assert [o["kind"] for o in first][:2] == ["all_reduce", "all_gather_into_tensor"]
+        assert first[0]["bytes"] == 4000 and first[0]["dtype"] == "float32"
+        assert first[1]["bytes"] == 3 * 7 * 8 and first[1]["dtype"] == "float64"
+        assert all(o["group"] == [0, 1, 2] for o in ops)
+        for index, op in enumerate(ops[1:]):
+            assert op["iteration"] == index // per_iteration + (1 if mark_steps else 0)
+            assert op["seq"] == index % per_iteration
+            assert op["completed"] is not None and op["completed"] >= op["issued"]
+            assert op["gap"] is not None
+        assert ops[0]["kind"] == "broadcast" and ops[0]["iteration"] == (0 if mark_steps else -1)
+        assert [s["index"] for s in trace["iterations"]] == ([0, 1, 2, 3, 4] if mark_steps else [-1, 0, 1, 2, 3])
+
+
+@pytest.mark.multiproc
+def test_bypassing_ops_are_counted_per_kind_and_functional_collectives_are_not_bypasses():
+    for result in run_world(2, backend_ranks.bypasses, backend="p2enforcer"):
+        assert result["bypassed"] == {"c10d.barrier": 2}
+        assert result["ops"].get("all_gather_into_tensor_coalesced") == 1
+        assert 'p2enforcer_bypassed_total{rank="' in result["metrics"] and 'op="c10d.barrier"} 2' in result["metrics"]
