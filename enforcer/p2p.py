@@ -21,9 +21,10 @@ flow pattern the simulator assumes (:mod:`optimizer_service.costmodel`):
 Parts may have different sizes (a tensor that does not divide) and may be
 empty; every member knows all sizes in advance, so nothing is sent for an
 empty part and no sizes travel on the wire. Members are global ranks; the
-group is the process group whose ranks they are (the default group works).
-All calls are blocking; sends and the matching receive of one round run
-concurrently.
+group is the process group whose ranks they are (the default group works),
+or a :class:`BackendPeers` — a bare inner backend made for exactly these
+members, as the enforcer's plan runtime uses. All calls are blocking; sends
+and the matching receive of one round run concurrently.
 """
 
 from __future__ import annotations
@@ -39,6 +40,37 @@ import torch.distributed as dist
 CHAIN_SEGMENT_BYTES = 1 << 20
 
 
+class BackendPeers:
+    """Point-to-point over a bare c10d backend whose ranks are ``members``' positions."""
+
+    def __init__(self, backend: dist.Backend, members: Sequence[int], rank: int) -> None:
+        self.backend = backend
+        self.rank = rank
+        self._local = {m: i for i, m in enumerate(members)}
+
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int) -> dist.Work:
+        return self.backend.send([tensor], self._local[peer], tag)
+
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int) -> dist.Work:
+        return self.backend.recv([tensor], self._local[peer], tag)
+
+
+class _GroupPeers:
+    def __init__(self, group: dist.ProcessGroup | None) -> None:
+        self.group = group
+        self.rank = dist.get_rank()
+
+    def isend(self, tensor: torch.Tensor, peer: int, tag: int) -> dist.Work:
+        return dist.isend(tensor, dst=peer, group=self.group, tag=tag)
+
+    def irecv(self, tensor: torch.Tensor, peer: int, tag: int) -> dist.Work:
+        return dist.irecv(tensor, src=peer, group=self.group, tag=tag)
+
+
+def _peers(group) -> BackendPeers | _GroupPeers:
+    return group if isinstance(group, BackendPeers) else _GroupPeers(group)
+
+
 def _position(members: Sequence[int], rank: int) -> int:
     try:
         return list(members).index(rank)
@@ -47,12 +79,12 @@ def _position(members: Sequence[int], rank: int) -> int:
 
 
 def _exchange(send: torch.Tensor | None, dst: int, recv: torch.Tensor | None, src: int,
-              group: dist.ProcessGroup | None, tag: int) -> None:
+              peers, tag: int) -> None:
     works = []
     if recv is not None and recv.numel():
-        works.append(dist.irecv(recv, src=src, group=group, tag=tag))
+        works.append(peers.irecv(recv, src, tag))
     if send is not None and send.numel():
-        works.append(dist.isend(send, dst=dst, group=group, tag=tag))
+        works.append(peers.isend(send, dst, tag))
     for work in works:
         work.wait()
 
@@ -68,14 +100,15 @@ def reduce_scatter(parts: Sequence[torch.Tensor], members: Sequence[int],
     p = len(members)
     if len(parts) != p:
         raise ValueError(f"reduce_scatter needs one part per member ({p}), got {len(parts)}")
-    i = _position(members, dist.get_rank())
+    peers = _peers(group)
+    i = _position(members, peers.rank)
     right, left = members[(i + 1) % p], members[(i - 1) % p]
     scratch = torch.empty(max((t.numel() for t in parts), default=0), dtype=parts[i].dtype)
     for s in range(p - 1):
         outgoing = parts[(i - s - 1) % p]
         incoming = parts[(i - s - 2) % p]
         buffer = scratch[:incoming.numel()]
-        _exchange(outgoing, right, buffer, left, group, tag=s)
+        _exchange(outgoing, right, buffer, left, peers, tag=s)
         if incoming.numel():
             incoming.add_(buffer)
     return parts[i]
@@ -87,10 +120,11 @@ def all_gather(parts: Sequence[torch.Tensor], members: Sequence[int],
     p = len(members)
     if len(parts) != p:
         raise ValueError(f"all_gather needs one part per member ({p}), got {len(parts)}")
-    i = _position(members, dist.get_rank())
+    peers = _peers(group)
+    i = _position(members, peers.rank)
     right, left = members[(i + 1) % p], members[(i - 1) % p]
     for s in range(p - 1):
-        _exchange(parts[(i - s) % p], right, parts[(i - s - 1) % p], left, group, tag=s)
+        _exchange(parts[(i - s) % p], right, parts[(i - s - 1) % p], left, peers, tag=s)
 
 
 def _segments(buffer: torch.Tensor, segment_bytes: int) -> list[torch.Tensor]:
@@ -105,21 +139,21 @@ def reduce(buffer: torch.Tensor, members: Sequence[int], group: dist.ProcessGrou
     """Sum ``buffer`` over the members into the root ``members[0]`` (in place
     there; the others' buffers end as partial sums)."""
     p = len(members)
-    i = _position(members, dist.get_rank())
+    peers = _peers(group)
+    i = _position(members, peers.rank)
     segments = _segments(buffer, segment_bytes)
     downstream = members[i - 1] if i > 0 else None     # towards the root
     upstream = members[i + 1] if i < p - 1 else None
     scratch = [torch.empty_like(seg) for seg in segments] if upstream is not None else []
     sends = []
-    pending = dist.irecv(scratch[0], src=upstream, group=group, tag=0) if scratch else None
+    pending = peers.irecv(scratch[0], upstream, 0) if scratch else None
     for k, seg in enumerate(segments):
         if pending is not None:
             pending.wait()
-            pending = (dist.irecv(scratch[k + 1], src=upstream, group=group, tag=k + 1)
-                       if k + 1 < len(segments) else None)
+            pending = peers.irecv(scratch[k + 1], upstream, k + 1) if k + 1 < len(segments) else None
             seg.add_(scratch[k])
         if downstream is not None:
-            sends.append(dist.isend(seg, dst=downstream, group=group, tag=k))
+            sends.append(peers.isend(seg, downstream, k))
     for work in sends:
         work.wait()
 
@@ -128,17 +162,44 @@ def broadcast(buffer: torch.Tensor, members: Sequence[int], group: dist.ProcessG
               segment_bytes: int = CHAIN_SEGMENT_BYTES) -> None:
     """Copy the root's (``members[0]``) ``buffer`` into every member's ``buffer``."""
     p = len(members)
-    i = _position(members, dist.get_rank())
+    peers = _peers(group)
+    i = _position(members, peers.rank)
     segments = _segments(buffer, segment_bytes)
     upstream = members[i - 1] if i > 0 else None       # towards the root
     downstream = members[i + 1] if i < p - 1 else None
-    receives = [dist.irecv(seg, src=upstream, group=group, tag=k) for k, seg in enumerate(segments)] \
-        if upstream is not None else []
+    receives = [peers.irecv(seg, upstream, k) for k, seg in enumerate(segments)] if upstream is not None else []
     sends = []
     for k, seg in enumerate(segments):
         if receives:
             receives[k].wait()
         if downstream is not None:
-            sends.append(dist.isend(seg, dst=downstream, group=group, tag=k))
+            sends.append(peers.isend(seg, downstream, k))
     for work in sends:
         work.wait()
+
+
+def all_to_all(inputs: torch.Tensor, outputs: torch.Tensor, columns: tuple[int, int], window: tuple[int, int],
+               members: Sequence[int], group=None) -> None:
+    """One splined all-to-all motif (Syndicate §4.2.1): ``inputs``/``outputs`` are
+    ``(N, D)`` blocks (block ``j`` for/from member ``j``); for every offset ``o`` in
+    ``window`` member ``i`` sends columns ``columns`` of its block ``i+o`` to member
+    ``i+o`` and receives member ``i−o``'s into its block ``i−o`` (offset 0 is a copy)."""
+    n = len(members)
+    peers = _peers(group)
+    i = _position(members, peers.rank)
+    lo, hi = columns
+    if hi <= lo:
+        return
+    works = []
+    for offset in range(*window):
+        dst, src = (i + offset) % n, (i - offset) % n
+        if offset % n == 0:
+            outputs[i, lo:hi].copy_(inputs[i, lo:hi])
+            continue
+        receive = torch.empty(hi - lo, dtype=outputs.dtype)
+        works.append((peers.irecv(receive, members[src], offset), src, receive))
+        works.append((peers.isend(inputs[dst, lo:hi].contiguous(), members[dst], offset), None, None))
+    for work, src, receive in works:
+        work.wait()
+        if receive is not None:
+            outputs[src, lo:hi].copy_(receive)

@@ -35,6 +35,14 @@ Operators (each returns a plan that computes what its input computes):
 Composition: operators apply to any motif of a plan (:func:`rewrite`), e.g.
 segment, then ring-spline every segment.
 
+Text form: ``str(plan)`` prints a plan the way logs, tests and the enforcer's
+installed plans show it, and :func:`parse_plan` reads it back
+(``parse_plan(str(p)) == p``)::
+
+    (ReduceScatter(0,1)[0:2] [2:4] ch1 -> AllGather(0,1)[0:2] [2:4] ch1)
+    (AllReduce(0,1)[0:3] || AllReduce(0,1)[3:6])
+    AllToAll(0,1,2,3)[0:5] dst+[0:2]
+
 :func:`execute` runs a plan on numbers (one vector per rank) so tests can
 compare every decomposition with the collective it replaces; parallel parts
 are run in both orders and must agree, which checks that they are
@@ -45,6 +53,7 @@ AllReduce, a star for Reduce/Broadcast, direct sends for AllToAll).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -85,6 +94,14 @@ class Motif:
     @property
     def elements(self) -> int:
         return sum(b - a for a, b in self.ranges)
+
+    @classmethod
+    def parse(cls, text: str) -> Motif:
+        """The motif ``str(motif)`` printed (see :func:`parse_plan`)."""
+        plan = parse_plan(text)
+        if not isinstance(plan, Motif):
+            raise InvalidInputError(f"expected one motif, got a composition: {_excerpt(text.strip(), 0)}")
+        return plan
 
 
 @dataclass(frozen=True)
@@ -297,3 +314,171 @@ def _run_motif(m: Motif, state, outputs) -> None:
     targets = ranks if m.kind is Kind.ALL_REDUCE else ranks[:1]
     for r in targets:
         state[r][lo:hi] = total
+
+
+# --------------------------------------------------------------- text form
+_TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<word>[A-Za-z]+)|(?P<sym>->|\|\||[()\[\]:,+])|(?P<bad>\S))")
+_SEPARATORS = {"->": Seq, "||": Par}
+
+
+def parse_plan(text: str) -> Plan:
+    """Read a plan from its text form (what ``str`` prints; Syndicate §4.2's
+    ``→`` is ``->``, ``∥`` is ``||``).
+
+    Grammar (whitespace between tokens is free)::
+
+        plan   := motif | "(" plan ( ("->" plan)+ | ("||" plan)+ )? ")"
+        motif  := Kind "(" int ("," int)* ")" range+ ["dst" "+" range] ["ch" int]
+        range  := "[" int ":" int "]"
+
+    Parentheses around a single plan only group it, so a one-part ``Seq`` or
+    ``Par`` (which no operator produces) has no text form of its own. Every
+    motif must be well formed (:func:`check_motif`). Malformed text raises
+    :class:`InvalidInputError` naming the column and the offending part.
+    """
+    return _PlanParser(text).parse()
+
+
+def check_motif(m: Motif) -> None:
+    """Raise :class:`InvalidInputError` unless ``m`` is a well-formed motif:
+    distinct ranks, one range (one per member for ReduceScatter/AllGather)
+    with ``0 <= lo <= hi``, a destination window inside ``[0, len(ranks)]``
+    only for AllToAll, a channel ``>= 0``."""
+    if not m.ranks or len(set(m.ranks)) != len(m.ranks) or min(m.ranks) < 0:
+        raise InvalidInputError(f"{m.kind} needs distinct ranks >= 0, got {list(m.ranks)}")
+    wanted = len(m.ranks) if m.kind in (Kind.REDUCE_SCATTER, Kind.ALL_GATHER) else 1
+    if len(m.ranges) != wanted:
+        raise InvalidInputError(f"{m.kind} over {len(m.ranks)} ranks needs {wanted} range(s), got {len(m.ranges)}")
+    for lo, hi in m.ranges:
+        if not 0 <= lo <= hi:
+            raise InvalidInputError(f"range [{lo}:{hi}] of {m.kind} is not a range (needs 0 <= start <= end)")
+    start, stop = m.window
+    if m.kind is Kind.ALL_TO_ALL and not 0 <= start <= stop <= len(m.ranks):
+        raise InvalidInputError(f"destination window [{start}:{stop}] of {m.kind} over {len(m.ranks)} ranks "
+                                f"must lie in [0:{len(m.ranks)}]")
+    if m.kind is not Kind.ALL_TO_ALL and m.window != (0, 0):
+        raise InvalidInputError(f"only AllToAll has a destination window, not {m.kind}")
+    if m.channel < 0:
+        raise InvalidInputError(f"channel {m.channel} must be >= 0")
+
+
+class _PlanParser:
+    """Recursive descent over the tokens of :func:`parse_plan`'s grammar."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = list(self._tokenize(text))
+        self.at = 0
+
+    @staticmethod
+    def _tokenize(text: str):
+        position = 0
+        while (match := _TOKEN.match(text, position)) and match.lastgroup:
+            if match.lastgroup == "bad":
+                raise InvalidInputError(f"cannot parse plan at column {match.start('bad') + 1} "
+                                        f"{_excerpt(text, match.start('bad'))}: unexpected character "
+                                        f"{match.group('bad')!r}")
+            yield match.lastgroup, match.group(match.lastgroup), match.start(match.lastgroup)
+            position = match.end()
+
+    def parse(self) -> Plan:
+        if not self.tokens:
+            raise InvalidInputError("empty plan text")
+        plan = self._plan()
+        if self.at < len(self.tokens):
+            self._fail("unexpected text after the end of the plan")
+        return plan
+
+    # -- grammar
+    def _plan(self) -> Plan:
+        if self._peek() != "(":
+            return self._motif()
+        self._expect("(")
+        parts, separator = [self._plan()], None
+        while self._peek() in _SEPARATORS:
+            if separator is not None and self._peek() != separator:
+                self._fail("'->' and '||' mixed in one parenthesis; parenthesize the inner part")
+            separator = self._take()
+            parts.append(self._plan())
+        self._expect(")", "'->', '||' or ')'")
+        return parts[0] if separator is None else _SEPARATORS[separator](tuple(parts))
+
+    def _motif(self) -> Motif:
+        start = self.at
+        name = self._expect_kind("word", "a motif kind")
+        try:
+            kind = Kind(name)
+        except ValueError:
+            self.at = start
+            self._fail(f"unknown motif kind {name!r} (expected one of {', '.join(k.value for k in Kind)})")
+        self._expect("(")
+        ranks = [self._int()]
+        while self._peek() == ",":
+            self._take()
+            ranks.append(self._int())
+        self._expect(")", "',' or ')'")
+        ranges = [self._range()]
+        while self._peek() == "[":
+            ranges.append(self._range())
+        window = None
+        if self._peek() == "dst":
+            self._take()
+            self._expect("+")
+            window = self._range()
+        channel = 0
+        if self._peek() == "ch":
+            self._take()
+            channel = self._int()
+        if (window is None) == (kind is Kind.ALL_TO_ALL):
+            self.at = start
+            self._fail("AllToAll needs a destination window 'dst+[start:stop]'" if window is None
+                       else f"only AllToAll has a destination window, not {kind}")
+        motif = Motif(kind, tuple(ranks), tuple(ranges), window or (0, 0), channel)
+        try:
+            check_motif(motif)
+        except InvalidInputError as error:
+            self.at = start
+            self._fail(str(error))
+        return motif
+
+    def _range(self) -> Range:
+        self._expect("[")
+        lo = self._int()
+        self._expect(":")
+        hi = self._int()
+        self._expect("]")
+        return lo, hi
+
+    # -- tokens
+    def _peek(self) -> str | None:
+        return self.tokens[self.at][1] if self.at < len(self.tokens) else None
+
+    def _take(self) -> str:
+        value = self.tokens[self.at][1]
+        self.at += 1
+        return value
+
+    def _int(self) -> int:
+        return int(self._expect_kind("int", "a number"))
+
+    def _expect(self, symbol: str, wanted: str | None = None) -> None:
+        if self._peek() != symbol:
+            self._fail(f"expected {wanted or repr(symbol)}")
+        self.at += 1
+
+    def _expect_kind(self, kind: str, wanted: str) -> str:
+        if self.at >= len(self.tokens) or self.tokens[self.at][0] != kind:
+            self._fail(f"expected {wanted}")
+        return self._take()
+
+    def _fail(self, what: str):
+        if self.at >= len(self.tokens):
+            raise InvalidInputError(f"cannot parse plan: the text ends early: {what}")
+        column = self.tokens[self.at][2]
+        raise InvalidInputError(f"cannot parse plan at column {column + 1} {_excerpt(self.text, column)}: {what}")
+
+
+def _excerpt(text: str, column: int, width: int = 32) -> str:
+    """``near '...'``: the text from ``column``, cut to one short line."""
+    piece = text[column:column + width]
+    return f"near {piece!r}" + ("..." if len(text) > column + width else "")

@@ -43,3 +43,10 @@ def test_executor_layout_is_pure():
     # The data layout of lowered programs is planning: no torch, no I/O.
     for module in imported_modules(ROOT / "enforcer" / "layout.py"):
         assert not module.startswith(FORBIDDEN), module
+
+
+def test_enforcer_plan_is_pure():
+    # The installed plan is parsed and checked without torch or I/O, so the
+    # optimizer side can build and validate plans too.
+    for module in imported_modules(ROOT / "enforcer" / "plan.py"):
+        assert not module.startswith(FORBIDDEN), module

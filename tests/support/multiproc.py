@@ -32,6 +32,7 @@ def _entry(rank: int, world_size: int, port: int, target: Callable, args: tuple,
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
         try:
             value = target(*args)
+            dist.barrier()      # nobody closes its connections while a peer still reads
         finally:
             dist.destroy_process_group()
         results.put((rank, True, value))
