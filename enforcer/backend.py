@@ -31,6 +31,7 @@ this backend gives each subgroup its own inner communicators.
 from __future__ import annotations
 
 import logging
+import os
 from datetime import timedelta
 
 import torch
@@ -45,11 +46,20 @@ log = logging.getLogger("enforcer")
 BACKEND_NAME = "p2enforcer"
 
 
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
 def _dtype(tensor: torch.Tensor) -> str:
-    return str(tensor.dtype).removeprefix("torch.")
+    dtype = tensor.dtype
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
 
 
 def _bytes(tensors) -> int:
+    if len(tensors) == 1:
+        return tensors[0].numel() * tensors[0].element_size()
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
@@ -74,17 +84,33 @@ class EnforcerGroup(ProcessGroup):
             self._inner[device] = backend
             self._register_backend(torch.device(device), inner.backend_type(backend_name), backend)
         self._default_device = "cpu" if "cpu" in self._inner else next(iter(self._inner))
+        self._cpu = self._inner.get("cpu")
         # The default group is made before torch counts as initialized.
         self.is_default = not dist.is_initialized()
         self.tracer = state.reset_tracer(rank, size) if self.is_default else state.tracer()
         self.runtime = None                     # enforcer.runtime.PlanRuntime once a plan is installed
+        self.installs = 0                       # plans installed so far (names their store keys)
         state.register_group(self)
+        if self.is_default and os.environ.get("P2_PLAN_FILE"):
+            self._install_from_env(os.environ["P2_PLAN_FILE"])
+
+    def _install_from_env(self, path: str) -> None:
+        """``P2_PLAN_FILE``: the plan to enforce from the first op on; one that does
+        not fit the job is logged and the group stays in passthrough."""
+        from enforcer.plan import PlanError
+        from enforcer.runtime import install
+        try:
+            install(self, path)
+        except PlanError as error:
+            log.error("p2enforcer: P2_PLAN_FILE=%s not installed, passing every op through: %s", path, error)
 
     # -------------------------------------------------------------- plumbing
     def getBackendName(self) -> str:
         return BACKEND_NAME
 
     def _inner_for(self, tensor: torch.Tensor | None) -> dist.Backend:
+        if self._cpu is not None and (tensor is None or tensor.is_cpu):
+            return self._cpu
         device = self._default_device if tensor is None else tensor.device.type
         try:
             return self._inner[device]
@@ -138,6 +164,7 @@ class EnforcerGroup(ProcessGroup):
             root, opts = opts or 0, dist.BroadcastOptions()
             opts.rootRank = root
         record = self._issue("broadcast", tensors[0], _bytes(tensors))
+        record.root = opts.rootRank
         work = self._planned("broadcast", record, tensors, opts)
         if work is not None:
             return work

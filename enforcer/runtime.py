@@ -42,8 +42,9 @@ Motifs run on the op's *buffer* (:mod:`enforcer.plan`): all_reduce and
 broadcast work in place on the tensor; all_gather_into_tensor copies the
 input into its block of the output first; reduce_scatter_tensor reduces a copy
 of the input and copies its own block out at the end; all_to_all_single reads
-the input's and writes the output's ``(N, D)`` blocks. Only ``SUM`` reductions
-are planned; anything else passes through.
+the input's and writes the output's ``(N, D)`` blocks. ``SUM`` reductions are
+planned, and ``AVG`` on floating point as the sum divided by the group size at
+the end (what FSDP2 asks for); anything else passes through.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def load(plan) -> Plan:
 
 def install(group, plan) -> None:
     plan = load(plan)
-    plan.check_world(dist.get_world_size())
+    plan.check_world(group.size() if group.is_default else dist.get_world_size())
     runtime = PlanRuntime(group, plan)
     if group.runtime is not None:
         group.runtime.close()
@@ -119,6 +120,11 @@ class _Submitted:
     dispatched: set[int] = field(default_factory=set)
     remaining: int = 0
     waited: bool = False
+
+
+def _average(op, tensor: torch.Tensor) -> bool:
+    """AVG on floating point: planned as the sum, divided by the group size at the end."""
+    return op == dist.ReduceOp.AVG and tensor.is_floating_point()
 
 
 class PlannedWork(dist.Work):
@@ -163,6 +169,7 @@ class PlanRuntime:
         self.slots = sorted((order, i, m) for i, op in enumerate(self.ops) for m, order in enumerate(op.order))
         self.dependencies = [op.dependencies() for op in self.ops]     # plan checks they come first
         self._validated: dict[tuple[int, int], bool] = {}
+        group.installs += 1
         self.comms_by_channel = self._build_comms()
         self._cond = threading.Condition()
         self._iterations: deque[_Iteration] = deque([_Iteration()])
@@ -195,7 +202,10 @@ class PlanRuntime:
             for members in sorted(wanted[channel]):
                 if global_rank not in members:
                     continue
-                prefix = f"p2plan/v{self.plan.version}/ch{channel}/{'-'.join(map(str, members))}/"
+                # Installs are collective, so their count names the same store keys on every rank;
+                # the plan version alone does not (a plan may be installed twice).
+                prefix = (f"p2plan/{self.group.installs}/v{self.plan.version}/ch{channel}/"
+                          f"{'-'.join(map(str, members))}/")
                 store = dist.PrefixStore(prefix, self.group.store)
                 try:
                     backend = inner.create(name, store, members.index(global_rank), len(members),
@@ -236,14 +246,16 @@ class PlanRuntime:
             tensors, opts = args
             if len(tensors) != 1 or not tensors[0].is_contiguous() or tensors[0].device.type != "cpu":
                 return None
-            if kind == "all_reduce" and opts.reduceOp != dist.ReduceOp.SUM:
+            tensor = tensors[0]
+            average = kind == "all_reduce" and _average(opts.reduceOp, tensor)
+            if kind == "all_reduce" and opts.reduceOp != dist.ReduceOp.SUM and not average:
                 return None
             if kind == "broadcast" and opts.rootRank != op.key.root:
                 return None
-            tensor = tensors[0]
             if not self._fits(op_index, op, tensor.numel(), tensor.numel() * tensor.element_size()):
                 return None
-            return _Submitted(op_index, op, tensor.view(-1), None, None, [tensor], record)
+            finish = (lambda tensor=tensor: tensor.div_(size)) if average else None
+            return _Submitted(op_index, op, tensor.view(-1), None, finish, [tensor], record)
         if kind == "all_gather_into_tensor":
             output, input, _opts = args
             if not (output.is_contiguous() and input.is_contiguous()) or output.numel() != size * input.numel():
@@ -256,7 +268,8 @@ class PlanRuntime:
             return _Submitted(op_index, op, flat, None, None, [output], record)
         if kind == "reduce_scatter_tensor":
             output, input, opts = args
-            if opts.reduceOp != dist.ReduceOp.SUM or input.numel() != size * output.numel() \
+            average = _average(opts.reduceOp, input)
+            if (opts.reduceOp != dist.ReduceOp.SUM and not average) or input.numel() != size * output.numel() \
                     or not output.is_contiguous():
                 return None
             if not self._fits(op_index, op, output.numel(), input.numel() * input.element_size()):
@@ -264,8 +277,10 @@ class PlanRuntime:
             buffer = input.reshape(-1).clone()
             n = output.numel()
 
-            def finish(buffer=buffer, output=output, n=n):
+            def finish(buffer=buffer, output=output, n=n, average=average):
                 output.view(-1).copy_(buffer[self.me * n:(self.me + 1) * n])
+                if average:
+                    output.div_(size)
             return _Submitted(op_index, op, buffer, None, finish, [output], record)
         if kind == "all_to_all_single":
             output, input, _opts = args
@@ -312,8 +327,16 @@ class PlanRuntime:
             self._cond.notify_all()
         with self._queue_cond:
             self._queue_cond.notify_all()
-        if not abort:
-            self._dispatcher.join(timeout=5)
+        if abort:
+            return
+        for thread in (self._dispatcher, *self._workers):
+            thread.join(timeout=5)
+        # Release the channel backends now, not at interpreter exit (where gloo's
+        # destructors can run after the threads they join are gone).
+        for comms in self.comms_by_channel.values():
+            for peers in comms.values():
+                peers.backend.shutdown()
+            comms.clear()
 
     # ----------------------------------------------------------- dispatcher
     def _dispatch(self) -> None:

@@ -55,6 +55,7 @@ class OpRecord:
     issued: float
     completed: float | None = None
     enforced: bool = False
+    root: int = 0           # broadcast: the source's group rank
 
     @property
     def signature(self) -> tuple:

@@ -95,3 +95,12 @@ def mismatched_plan() -> dict:
     want = run_ops(plain, True)
     return {"error": error, "equal": all(torch.equal(g, w) for g, w in zip(got, want)),
             "enforced": sum(1 for op in enforcer.trace()["ops"] if op["enforced"])}
+
+
+def plan_from_environment() -> dict:
+    """P2_PLAN_FILE was installed when the world was made (or refused)."""
+    plain = dist.new_group(backend="gloo")
+    got = run_ops(None, True)
+    want = run_ops(plain, True)
+    return {"equal": all(torch.equal(g, w) for g, w in zip(got, want)),
+            "enforced": sum(1 for op in enforcer.trace()["ops"] if op["enforced"])}

@@ -29,3 +29,13 @@ def test_a_plan_for_another_world_is_rejected_and_ops_still_work():
     for result in run_world(2, plan_ranks.mismatched_plan, backend="p2enforcer"):
         assert result["error"] == "the plan is for a world of 3 ranks but this job has 2"
         assert result["equal"] and result["enforced"] == 0
+
+
+@pytest.mark.parametrize("fits", [True, False])
+def test_plan_file_from_the_environment(tmp_path, fits):
+    path = tmp_path / "plan.json"
+    path.write_text(plan_ranks.build_plan(3, True, 2, bad_world=not fits))
+    for result in run_world(3, plan_ranks.plan_from_environment, backend="p2enforcer",
+                            env={"P2_PLAN_FILE": str(path)}):
+        assert result["equal"]
+        assert result["enforced"] == (6 if fits else 0)

@@ -1,0 +1,194 @@
+"""Plans enforced on the emulated 2×4 cluster: all-to-all splining and two-channel overlap.
+
+Creates a cluster of 2 nodes × 4 ranks with two NICs per node (channel 0 on
+``nic0``, channel 1 on ``nic1``), runs every rank with ``backend="p2enforcer"``
+and, per case, installs a plan and times ``--iterations`` iterations (after
+one warm-up; an iteration's time is the slowest rank's, from a common
+barrier; the median is reported):
+
+* ``a2a`` — an all_to_all_single of ``--mib`` MiB per rank as one motif, and
+  splined into N/n motifs of n destinations (Syndicate §4.2.1), n = 4 and 2;
+* ``ar`` — an all_reduce of the same size, ring-splined, alone on channel 0;
+  ``a2a@1`` the unsplined all-to-all alone on channel 1;
+* ``both, one channel`` — both ops, one after the other on channel 0;
+* ``both, two channels`` — both ops with the same sequence numbers, all-reduce
+  on channel 0 and all-to-all on channel 1, so they run at once.
+
+Writes ``enforcer_cluster.json`` and ``.png`` under ``--out`` and prints a
+summary. Needs CAP_NET_ADMIN (root).
+
+    .venv/bin/python benchmarks/enforcer_cluster.py [--mib 4] [--iterations 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NAME = "enforcer-bench"
+
+
+# ----------------------------------------------------------------- rank side
+def _plans(world: int, elements: int) -> dict[str, str]:
+    from enforcer.plan import OpKey, OpPlan, Plan
+    from optimizer_service import motifs
+    from optimizer_service.motifs import Kind
+
+    group = tuple(range(world))
+    a2a_key = OpKey(0, "all_to_all", elements * 4, group)
+    whole = motifs.comm_op(Kind.ALL_TO_ALL, range(world), elements // world)
+    ring = motifs.spline_ring(motifs.comm_op(Kind.ALL_REDUCE, range(world), elements))
+    channels = {0: None, 1: "nic1"}
+
+    def plan(*ops: OpPlan) -> str:
+        return Plan(version=1, world_size=world, channels=channels, ops=ops).to_json()
+
+    ar_first = OpPlan.of(OpKey(0, "all_reduce", elements * 4, group), ring)
+    a2a_second = OpPlan.of(OpKey(1, "all_to_all", elements * 4, group), whole, base=max(ar_first.order) + 1)
+    a2a_parallel = OpPlan.of(OpKey(1, "all_to_all", elements * 4, group), motifs.on_channel(whole, 1))
+    return {
+        "a2a": plan(OpPlan.of(a2a_key, whole)),
+        "a2a splined n=4": plan(OpPlan.of(a2a_key, motifs.spline_all_to_all(whole, 4))),
+        "a2a splined n=2": plan(OpPlan.of(a2a_key, motifs.spline_all_to_all(whole, 2))),
+        "ar": plan(ar_first),
+        "a2a@1": plan(OpPlan.of(a2a_key, motifs.on_channel(whole, 1))),
+        "both, one channel": plan(ar_first, a2a_second),
+        "both, two channels": plan(ar_first, a2a_parallel),
+    }
+
+
+def rank_side(out: Path, mib: float, iterations: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import enforcer
+
+    if os.environ.get("P2_BENCH_STACKS"):       # debugging a hang: every thread's stack after N s
+        import faulthandler
+        faulthandler.dump_traceback_later(float(os.environ["P2_BENCH_STACKS"]), exit=True)
+    dist.init_process_group("p2enforcer")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    elements = int(mib * 2**20 / 4) // world * world
+    plain = dist.new_group(backend="gloo")
+    results = {}
+    for case, text in _plans(world, elements).items():
+        enforcer.install_plan(text)
+        ops = [op["kind"] for op in json.loads(text)["ops"]]
+        times = []
+        for iteration in range(iterations + 1):
+            ar = torch.ones(elements)
+            a2a_in, a2a_out = torch.full((elements,), float(rank)), torch.empty(elements)
+            dist.barrier(group=plain)
+            start = time.perf_counter()
+            works = []
+            for kind in ops:
+                if kind == "all_reduce":
+                    works.append(dist.all_reduce(ar, async_op=True))
+                else:
+                    works.append(dist.all_to_all_single(a2a_out, a2a_in, async_op=True))
+            for work in works:
+                work.wait()
+            elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            enforcer.step()
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=plain)
+            if iteration:
+                times.append(elapsed.item())
+            if "all_reduce" in ops:
+                assert torch.all(ar == world), f"{case}: wrong all_reduce result"
+            if "all_to_all" in ops:
+                block = elements // world
+                expected = torch.arange(world, dtype=torch.float32).repeat_interleave(block)
+                assert torch.equal(a2a_out, expected), f"{case}: wrong all_to_all result"
+        enforcer.remove_plan()
+        results[case] = times
+        if rank == 0:
+            print(f"{case:>20}: {statistics.median(times) * 1e3:8.1f} ms", flush=True)
+    if rank == 0:
+        out.write_text(json.dumps({"world": world, "bytes_per_op": elements * 4, "times": results}, indent=1))
+    dist.destroy_process_group()
+
+
+# --------------------------------------------------------------- orchestrator
+def p2(*args: str) -> None:
+    done = subprocess.run([str(ROOT / ".venv" / "bin" / "p2"), *args], cwd=ROOT)
+    if done.returncode:
+        raise SystemExit(f"p2 {' '.join(args)} failed with exit code {done.returncode}")
+
+
+def plot(summary: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cases = list(summary["median_seconds"])
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    ax.bar(range(len(cases)), [summary["median_seconds"][c] * 1e3 for c in cases],
+           color=["C0", "C0", "C0", "C1", "C1", "C2", "C3"][:len(cases)])
+    ax.set_xticks(range(len(cases)), cases, rotation=20, ha="right")
+    ax.set_ylabel("iteration, median ms (slowest rank)")
+    ax.set_title(f"p2enforcer plans on the emulated 2×4 cluster, {summary['bytes_per_op'] / 2**20:.0f} MiB per op")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mib", type=float, default=4.0, help="MiB per op per rank")
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--nic", default="200Mbit/s")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--rank-side", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.rank_side:
+        rank_side(args.rank_side, args.mib, args.iterations)
+        return 0
+    if args.mib <= 0 or args.iterations < 1:
+        print("enforcer_cluster: --mib must be > 0 and --iterations >= 1", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "times.json"
+        p2("cluster", "up", "--name", NAME, "--nodes", "2", "--per-node", "4", "--nic", args.nic,
+           "--nic2", args.nic)
+        try:
+            p2("cluster", "run", "--name", NAME, "--timeout", "1500", "--", sys.executable, __file__,
+               "--rank-side", str(raw), "--mib", str(args.mib), "--iterations", str(args.iterations))
+        finally:
+            p2("cluster", "down", "--name", NAME)
+        measured = json.loads(raw.read_text())
+    medians = {case: statistics.median(times) for case, times in measured["times"].items()}
+    summary = {
+        "benchmark": "enforcer_cluster", "cluster": "2x4", "nic": args.nic, "iterations": args.iterations,
+        "bytes_per_op": measured["bytes_per_op"], "median_seconds": medians, "times": measured["times"],
+        "splining_speedup": {n: medians["a2a"] / medians[f"a2a splined n={n}"] for n in (4, 2)},
+        "overlap": {
+            "sum_alone_seconds": medians["ar"] + medians["a2a@1"],
+            "two_channels_seconds": medians["both, two channels"],
+            "one_channel_seconds": medians["both, one channel"],
+            "two_channels_over_sum": medians["both, two channels"] / (medians["ar"] + medians["a2a@1"]),
+        },
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "enforcer_cluster.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot(summary, args.out / "enforcer_cluster.png")
+    print(f"\n{summary['bytes_per_op'] / 2**20:.1f} MiB per op, NIC {args.nic}, median of {args.iterations}")
+    for case, seconds in medians.items():
+        print(f"  {case:>20}: {seconds * 1e3:8.1f} ms")
+    print(f"  all-to-all splining speedup: n=4 {summary['splining_speedup'][4]:.2f}x, "
+          f"n=2 {summary['splining_speedup'][2]:.2f}x")
+    overlap = summary["overlap"]
+    print(f"  two channels: {overlap['two_channels_seconds'] * 1e3:.1f} ms vs {overlap['sum_alone_seconds'] * 1e3:.1f} ms"
+          f" for the two alone ({overlap['two_channels_over_sum']:.2f} of the sum); one channel "
+          f"{overlap['one_channel_seconds'] * 1e3:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

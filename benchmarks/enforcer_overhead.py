@@ -1,0 +1,131 @@
+"""What the p2enforcer backend costs in passthrough: all_reduce through it vs plain gloo.
+
+Each world (default 2 and 8 local ranks, loopback) is initialised with
+``p2enforcer``; a plain ``gloo`` group over the same ranks is made beside it.
+Both run the same all_reduce, alternating group every round so drift hits both
+alike: tiny ops (8 B) as a burst of back-to-back synchronous ops per round
+(time per op), large ops (16 MiB) one per round. The figure per (world, size)
+is the median over rounds of rank 0's time; the overhead is the difference of
+the medians (µs per op), the median of the per-round differences ("paired",
+less sensitive to drift), and the ratio of the medians. A world of 1 rank
+isolates the enforcer's own per-op CPU cost from network and scheduling jitter.
+The bypass counter (:mod:`enforcer.bypass`) is switched off, because it also
+observes plain gloo's dispatcher path and would slow the baseline. Writes ``enforcer_overhead.json`` and
+``.png`` under ``--out`` and prints a summary.
+
+    .venv/bin/python benchmarks/enforcer_overhead.py [--worlds 2 8] [--rounds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from deploy.local_world import run_world
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = {"8 B": 8, "16 MiB": 16 * 2**20}
+BURST = 200          # tiny ops per round
+
+
+def measure(sizes: dict[str, int], rounds: int) -> dict:
+    """On every rank: per size, the per-op seconds of each round for both groups."""
+    import torch
+    import torch.distributed as dist
+
+    plain = dist.new_group(backend="gloo")
+    enforced = dist.group.WORLD
+    result = {}
+    for label, nbytes in sizes.items():
+        tensor = torch.ones(max(1, nbytes // 4))
+        burst = BURST if nbytes < 2**20 else 1
+        times = {"gloo": [], "p2enforcer": []}
+        for round_ in range(rounds + 1):
+            order = [("gloo", plain), ("p2enforcer", enforced)]
+            if round_ % 2:
+                order.reverse()
+            for name, group in order:
+                dist.barrier(group=plain)
+                start = time.perf_counter()
+                for _ in range(burst):
+                    dist.all_reduce(tensor, group=group)
+                if round_:                        # round 0 warms both up
+                    times[name].append((time.perf_counter() - start) / burst)
+        result[label] = times
+    return result
+
+
+def summarize(world: int, per_rank: list[dict]) -> list[dict]:
+    rows = []
+    for label, nbytes in SIZES.items():
+        times = per_rank[0][label]
+        gloo = statistics.median(times["gloo"])
+        enforced = statistics.median(times["p2enforcer"])
+        paired = statistics.median(e - g for e, g in zip(times["p2enforcer"], times["gloo"]))
+        rows.append({"world": world, "size": label, "bytes": nbytes,
+                     "gloo_seconds": gloo, "p2enforcer_seconds": enforced,
+                     "added_microseconds": (enforced - gloo) * 1e6,
+                     "added_microseconds_paired": paired * 1e6,
+                     "ratio": enforced / gloo})
+    return rows
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(SIZES), figsize=(5 * len(SIZES), 3.6))
+    for ax, label in zip(axes, SIZES):
+        mine = [r for r in rows if r["size"] == label]
+        xs = range(len(mine))
+        scale = 1e6 if SIZES[label] < 2**20 else 1e3
+        unit = "µs" if scale == 1e6 else "ms"
+        ax.bar([x - 0.2 for x in xs], [r["gloo_seconds"] * scale for r in mine], 0.4, label="gloo")
+        ax.bar([x + 0.2 for x in xs], [r["p2enforcer_seconds"] * scale for r in mine], 0.4, label="p2enforcer")
+        ax.set_xticks(list(xs), [f"{r['world']} ranks" for r in mine])
+        ax.set_ylabel(f"all_reduce, median {unit} per op")
+        ax.set_title(f"{label} (passthrough)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worlds", type=int, nargs="+", default=[2, 8])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or any(w < 1 for w in args.worlds):
+        print("enforcer_overhead: --rounds must be >= 1 and every world >= 1 rank", file=sys.stderr)
+        return 2
+    rows = []
+    for world in args.worlds:
+        print(f"world of {world} ranks ...", flush=True)
+        # The bypass counter observes every dispatcher-level c10d op, plain
+        # gloo's included; it is off here so the baseline is torch's own path.
+        per_rank = run_world(world, measure, SIZES, args.rounds, backend="p2enforcer", timeout=1200,
+                             env={"P2_COUNT_BYPASS": "0"})
+        rows += summarize(world, per_rank)
+    args.out.mkdir(parents=True, exist_ok=True)
+    document = {"benchmark": "enforcer_overhead", "rounds": args.rounds, "burst": BURST,
+                "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+                "rows": rows}
+    (args.out / "enforcer_overhead.json").write_text(json.dumps(document, indent=1) + "\n")
+    plot(rows, args.out / "enforcer_overhead.png")
+    print(f"{'ranks':>5} {'size':>7} {'gloo':>11} {'p2enforcer':>11} {'added':>12} {'paired':>12} {'ratio':>7}")
+    for r in rows:
+        print(f"{r['world']:>5} {r['size']:>7} {r['gloo_seconds'] * 1e6:>9.1f}µs {r['p2enforcer_seconds'] * 1e6:>9.1f}µs "
+              f"{r['added_microseconds']:>9.1f} µs {r['added_microseconds_paired']:>9.1f} µs {r['ratio']:>7.3f}")
+    print("goals: <= 30 µs added per tiny op (median), <= 3 % at 16 MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
