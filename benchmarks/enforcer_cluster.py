@@ -12,7 +12,10 @@ barrier; the median is reported):
   ``a2a@1`` the unsplined all-to-all alone on channel 1;
 * ``both, one channel`` — both ops, one after the other on channel 0;
 * ``both, two channels`` — both ops with the same sequence numbers, all-reduce
-  on channel 0 and all-to-all on channel 1, so they run at once.
+  on channel 0 and all-to-all on channel 1, so they run at once;
+* ``program`` — P²'s hierarchical all-reduce (``--program-mib`` MiB) run by the
+  bare executor and, as a plan (:mod:`enforcer.program_plan`), through the
+  enforcer, interleaved.
 
 Writes ``enforcer_cluster.json`` and ``.png`` under ``--out`` and prints a
 summary. Needs CAP_NET_ADMIN (root).
@@ -65,7 +68,7 @@ def _plans(world: int, elements: int) -> dict[str, str]:
     }
 
 
-def rank_side(out: Path, mib: float, iterations: int) -> None:
+def rank_side(out: Path, mib: float, iterations: int, program_mib: float) -> None:
     import torch
     import torch.distributed as dist
 
@@ -111,9 +114,58 @@ def rank_side(out: Path, mib: float, iterations: int) -> None:
         results[case] = times
         if rank == 0:
             print(f"{case:>20}: {statistics.median(times) * 1e3:8.1f} ms", flush=True)
+    results.update(_program_cases(world, int(program_mib * 2**20 / 4) // world * world, iterations, plain))
     if rank == 0:
         out.write_text(json.dumps({"world": world, "bytes_per_op": elements * 4, "times": results}, indent=1))
     dist.destroy_process_group()
+
+
+#: P²'s hierarchical AllReduce for 2 nodes x 4 ranks (the fastest program of
+#: benchmarks/reduce.py for [8] on 2x4): ReduceScatter in the node, AllReduce of
+#: a quarter across the nodes, AllGather in the node.
+PROGRAM = ("ReduceScatter 1 {0,1,2,3} {4,5,6,7}; AllReduce 1/4 {0,4} {1,5} {2,6} {3,7}; "
+           "AllGather 1/4 {0,1,2,3} {4,5,6,7}")
+
+
+def _program_cases(world: int, elements: int, iterations: int, plain) -> dict[str, list[float]]:
+    """The P² program run by the bare executor and as an enforced all_reduce plan, interleaved."""
+    import torch
+    import torch.distributed as dist
+
+    import enforcer
+    from enforcer.executor import GroupCache, ProgramExecutor
+    from enforcer.plan import OpKey, OpPlan, Plan
+    from enforcer.program_plan import program_motifs
+    from optimizer_service.lowering import LoweredProgram
+
+    program = LoweredProgram.parse(PROGRAM)
+    executor = ProgramExecutor(GroupCache(backend="gloo"))
+    executor.prepare([program])
+    op = OpPlan.of(OpKey(0, "all_reduce", elements * 4, tuple(range(world))),
+                   program_motifs(program, world, elements))
+    enforcer.install_plan(Plan(version=1, world_size=world, channels={0: None}, ops=(op,)).to_json())
+    times: dict[str, list[float]] = {"program, bare executor": [], "program, through the enforcer": []}
+    for iteration in range(iterations + 1):
+        for case in times:
+            tensor = torch.ones(elements)
+            dist.barrier(group=plain)
+            start = time.perf_counter()
+            if case.endswith("executor"):
+                executor.run(program, tensor)
+            else:
+                dist.all_reduce(tensor)
+            elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            if not case.endswith("executor"):
+                enforcer.step()
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=plain)
+            assert torch.all(tensor == world), f"{case}: wrong result"
+            if iteration:
+                times[case].append(elapsed.item())
+    enforcer.remove_plan()
+    if dist.get_rank() == 0:
+        for case, values in times.items():
+            print(f"{case:>20}: {statistics.median(values) * 1e3:8.1f} ms", flush=True)
+    return times
 
 
 # --------------------------------------------------------------- orchestrator
@@ -143,12 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=float, default=4.0, help="MiB per op per rank")
     parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--program-mib", type=float, default=16.0, help="MiB of the P² program's all_reduce")
     parser.add_argument("--nic", default="200Mbit/s")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--rank-side", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.rank_side:
-        rank_side(args.rank_side, args.mib, args.iterations)
+        rank_side(args.rank_side, args.mib, args.iterations, args.program_mib)
         return 0
     if args.mib <= 0 or args.iterations < 1:
         print("enforcer_cluster: --mib must be > 0 and --iterations >= 1", file=sys.stderr)
@@ -159,7 +212,8 @@ def main(argv: list[str] | None = None) -> int:
            "--nic2", args.nic)
         try:
             p2("cluster", "run", "--name", NAME, "--timeout", "1500", "--", sys.executable, __file__,
-               "--rank-side", str(raw), "--mib", str(args.mib), "--iterations", str(args.iterations))
+               "--rank-side", str(raw), "--mib", str(args.mib), "--iterations", str(args.iterations),
+               "--program-mib", str(args.program_mib))
         finally:
             p2("cluster", "down", "--name", NAME)
         measured = json.loads(raw.read_text())
@@ -168,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "enforcer_cluster", "cluster": "2x4", "nic": args.nic, "iterations": args.iterations,
         "bytes_per_op": measured["bytes_per_op"], "median_seconds": medians, "times": measured["times"],
         "splining_speedup": {n: medians["a2a"] / medians[f"a2a splined n={n}"] for n in (4, 2)},
+        "program_enforcer_over_executor": medians["program, through the enforcer"]
+        / medians["program, bare executor"],
         "overlap": {
             "sum_alone_seconds": medians["ar"] + medians["a2a@1"],
             "two_channels_seconds": medians["both, two channels"],
@@ -183,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {case:>20}: {seconds * 1e3:8.1f} ms")
     print(f"  all-to-all splining speedup: n=4 {summary['splining_speedup'][4]:.2f}x, "
           f"n=2 {summary['splining_speedup'][2]:.2f}x")
+    print(f"  P² program through the enforcer / bare executor: {summary['program_enforcer_over_executor']:.3f}")
     overlap = summary["overlap"]
     print(f"  two channels: {overlap['two_channels_seconds'] * 1e3:.1f} ms vs {overlap['sum_alone_seconds'] * 1e3:.1f} ms"
           f" for the two alone ({overlap['two_channels_over_sum']:.2f} of the sum); one channel "

@@ -46,8 +46,9 @@ class GroupCache:
     around the creation and restored after.
     """
 
-    def __init__(self, interface: str | None = None) -> None:
+    def __init__(self, interface: str | None = None, backend: str | None = None) -> None:
         self.interface = interface
+        self.backend = backend          # None: the default group's backend
         self._groups: dict[tuple[int, ...], dist.ProcessGroup | None] = {}
 
     def create(self, member_sets: Iterable[Sequence[int]]) -> None:
@@ -57,7 +58,7 @@ class GroupCache:
         rank = dist.get_rank()
         with _socket_interface(self.interface):
             for members in wanted:
-                group = dist.new_group(list(members))
+                group = dist.new_group(list(members), backend=self.backend)
                 self._groups[members] = group if rank in members else None
 
     def get(self, members: Sequence[int]) -> dist.ProcessGroup:

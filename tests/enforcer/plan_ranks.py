@@ -104,3 +104,19 @@ def plan_from_environment() -> dict:
     want = run_ops(plain, True)
     return {"equal": all(torch.equal(g, w) for g, w in zip(got, want)),
             "enforced": sum(1 for op in enforcer.trace()["ops"] if op["enforced"])}
+
+
+def program_under_plan(program_text: str, elements: int) -> bool:
+    """A P² program as an all_reduce plan equals plain gloo's all_reduce."""
+    from enforcer.program_plan import program_motifs
+    from optimizer_service.lowering import LoweredProgram
+
+    world, rank = dist.get_world_size(), dist.get_rank()
+    op = OpPlan.of(OpKey(0, "all_reduce", elements * 4, tuple(range(world))),
+                   program_motifs(LoweredProgram.parse(program_text), world, elements))
+    enforcer.install_plan(Plan(version=1, world_size=world, channels={0: None}, ops=(op,)).to_json())
+    plain = dist.new_group(backend="gloo")
+    got, want = values(rank, elements, 9), values(rank, elements, 9)
+    dist.all_reduce(got)
+    dist.all_reduce(want, group=plain)
+    return torch.equal(got, want) and any(op["enforced"] for op in enforcer.trace()["ops"])

@@ -39,3 +39,11 @@ def test_plan_file_from_the_environment(tmp_path, fits):
                             env={"P2_PLAN_FILE": str(path)}):
         assert result["equal"]
         assert result["enforced"] == (6 if fits else 0)
+
+
+@pytest.mark.parametrize("program", [
+    "ReduceScatter 1 {0,1,2,3} {4,5,6,7}; AllReduce 1/4 {0,4} {1,5} {2,6} {3,7}; AllGather 1/4 {0,1,2,3} {4,5,6,7}",
+    "Reduce 1 {0,1,2,3} {4,5,6,7}; AllReduce 1 {0,4}; Broadcast 1 {0,1,2,3} {4,5,6,7}",
+])
+def test_a_p2_program_runs_as_a_plan(program):
+    assert run_world(8, plan_ranks.program_under_plan, program, 4099, backend="p2enforcer") == [True] * 8
