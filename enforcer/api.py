@@ -66,10 +66,9 @@ def metrics_text() -> str:
               "# TYPE p2enforcer_bypassed_total counter"]
     lines += [f'p2enforcer_bypassed_total{{rank="{tracer.rank}",op="{k}"}} {v}'
               for k, v in sorted(tracer.bypassed.items())]
-    waits = tracer.to_dict()["waits"]
     lines += ["# HELP p2enforcer_dispatch_wait_seconds_total Time the dispatcher waited for the next motif.",
               "# TYPE p2enforcer_dispatch_wait_seconds_total counter",
-              f'p2enforcer_dispatch_wait_seconds_total{{rank="{tracer.rank}"}} {sum(w["seconds"] for w in waits)}']
+              f'p2enforcer_dispatch_wait_seconds_total{{rank="{tracer.rank}"}} {tracer.wait_seconds()}']
     return "\n".join(lines) + "\n"
 
 
@@ -93,7 +92,4 @@ def install_plan(plan, group=None) -> None:
 
 def remove_plan(group=None) -> None:
     """Back to passthrough (collective, like :func:`install_plan`)."""
-    group = _enforcer_group(group)
-    if group.runtime is not None:
-        group.runtime.close()
-        group.runtime = None
+    _enforcer_group(group).replace_runtime(None)

@@ -297,20 +297,22 @@ class EnforcerGroup(ProcessGroup):
         return self._p2p(self._inner_for(tensors[0]).recv_anysource(tensors, tag), record)
 
     # ------------------------------------------------------------ lifecycle
+    def replace_runtime(self, runtime=None, abort: bool = False) -> None:
+        """Enforce ``runtime`` from now on (``None``: passthrough); the old one is closed."""
+        old, self.runtime = self.runtime, runtime
+        if old is not None:
+            old.close(abort=abort)
+
     def shutdown(self) -> None:
         state.unregister_group(self)
-        if self.runtime is not None:
-            self.runtime.close()
-            self.runtime = None
+        self.replace_runtime(None)
         if self.is_default:
             state.export_from_env()
         ProcessGroup.shutdown(self)
 
     def abort(self) -> None:
         state.unregister_group(self)
-        if self.runtime is not None:
-            self.runtime.close(abort=True)
-            self.runtime = None
+        self.replace_runtime(None, abort=True)
         ProcessGroup.abort(self)
 
 

@@ -78,6 +78,16 @@ def _position(members: Sequence[int], rank: int) -> int:
         raise ValueError(f"rank {rank} is not a member of {list(members)}") from None
 
 
+def _ring(what: str, parts: Sequence[torch.Tensor], members: Sequence[int], group):
+    """This rank's peers, position in the ring, and right and left neighbours."""
+    p = len(members)
+    if len(parts) != p:
+        raise ValueError(f"{what} needs one part per member ({p}), got {len(parts)}")
+    peers = _peers(group)
+    i = _position(members, peers.rank)
+    return peers, i, members[(i + 1) % p], members[(i - 1) % p]
+
+
 def _exchange(send: torch.Tensor | None, dst: int, recv: torch.Tensor | None, src: int,
               peers, tag: int) -> None:
     works = []
@@ -98,11 +108,7 @@ def reduce_scatter(parts: Sequence[torch.Tensor], members: Sequence[int],
     holds the sum; the other parts hold partial sums (scratch). Returns it.
     """
     p = len(members)
-    if len(parts) != p:
-        raise ValueError(f"reduce_scatter needs one part per member ({p}), got {len(parts)}")
-    peers = _peers(group)
-    i = _position(members, peers.rank)
-    right, left = members[(i + 1) % p], members[(i - 1) % p]
+    peers, i, right, left = _ring("reduce_scatter", parts, members, group)
     scratch = torch.empty(max((t.numel() for t in parts), default=0), dtype=parts[i].dtype)
     for s in range(p - 1):
         outgoing = parts[(i - s - 1) % p]
@@ -118,11 +124,7 @@ def all_gather(parts: Sequence[torch.Tensor], members: Sequence[int],
                group: dist.ProcessGroup | None = None) -> None:
     """Fill every ``parts[j]`` with member ``j``'s ``parts[j]`` (in place)."""
     p = len(members)
-    if len(parts) != p:
-        raise ValueError(f"all_gather needs one part per member ({p}), got {len(parts)}")
-    peers = _peers(group)
-    i = _position(members, peers.rank)
-    right, left = members[(i + 1) % p], members[(i - 1) % p]
+    peers, i, right, left = _ring("all_gather", parts, members, group)
     for s in range(p - 1):
         _exchange(parts[(i - s) % p], right, parts[(i - s - 1) % p], left, peers, tag=s)
 

@@ -64,6 +64,10 @@ from optimizer_service.motifs import Kind, Motif
 
 FORMAT = "p2enforcer-plan"
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
+#: The plan kind of each op kind the backend can hand to a plan (the trace's
+#: ``kind`` names the torch.distributed call; a plan names the collective).
+PLAN_KIND = {"all_reduce": "all_reduce", "broadcast": "broadcast", "all_gather_into_tensor": "all_gather",
+             "reduce_scatter_tensor": "reduce_scatter", "all_to_all_single": "all_to_all"}
 
 _REDUCING = frozenset({Kind.ALL_REDUCE, Kind.REDUCE_SCATTER, Kind.ALL_GATHER, Kind.REDUCE, Kind.BROADCAST})
 

@@ -60,16 +60,10 @@ import torch
 import torch.distributed as dist
 
 from enforcer import inner, p2p
-from enforcer.plan import OpPlan, Plan, PlanError
-from enforcer.works import future_work
+from enforcer.plan import PLAN_KIND, OpPlan, Plan, PlanError
 from optimizer_service.motifs import Kind, Motif
 
 log = logging.getLogger("enforcer")
-
-#: The trace's op kind for each plan op kind.
-PLANNED_KINDS = {"all_reduce": "all_reduce", "broadcast": "broadcast",
-                 "all_gather_into_tensor": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
-                 "all_to_all_single": "all_to_all"}
 
 
 def load(plan) -> Plan:
@@ -89,9 +83,7 @@ def install(group, plan) -> None:
     plan = load(plan)
     plan.check_world(group.size() if group.is_default else dist.get_world_size())
     runtime = PlanRuntime(group, plan)
-    if group.runtime is not None:
-        group.runtime.close()
-    group.runtime = runtime
+    group.replace_runtime(runtime)
     log.info("p2enforcer: plan version %d installed on group %s (%d ops, channels %s)", plan.version,
              list(group.ranks), len(runtime.ops), sorted(runtime.comms_by_channel))
 
@@ -116,10 +108,14 @@ class _Submitted:
     result: list[torch.Tensor]
     record: object
     future: torch.futures.Future = field(default_factory=torch.futures.Future)
-    done: list[threading.Event] = field(default_factory=list)
+    done: list[threading.Event] = field(init=False)
+    remaining: int = field(init=False)
     dispatched: set[int] = field(default_factory=set)
-    remaining: int = 0
     waited: bool = False
+
+    def __post_init__(self) -> None:
+        self.done = [threading.Event() for _ in self.op.motifs]
+        self.remaining = len(self.op.motifs)
 
 
 def _average(op, tensor: torch.Tensor) -> bool:
@@ -134,7 +130,6 @@ class PlannedWork(dist.Work):
         super().__init__()
         self._runtime = runtime
         self._submitted = submitted
-        self._work = future_work(submitted.future)
 
     def wait(self, timeout=None) -> bool:
         self._runtime.waiting_on(self._submitted)
@@ -230,7 +225,7 @@ class PlanRuntime:
             if last:            # no step(): the iteration ends after the plan's last op
                 self._iterations.append(_Iteration())
                 self._seq = 0
-        op_index = self.index.get((seq, PLANNED_KINDS.get(kind, kind)))
+        op_index = self.index.get((seq, PLAN_KIND.get(kind, kind)))
         submitted = None if op_index is None else self._prepare(op_index, self.ops[op_index], kind, record, args)
         with self._cond:
             if submitted is not None:
@@ -392,9 +387,6 @@ class PlanRuntime:
                         "its motifs are skipped", key.seq, key.kind, key.nbytes)
 
     def _hand_over(self, submitted: _Submitted, motif_index: int) -> None:
-        if not submitted.done:
-            submitted.done = [threading.Event() for _ in submitted.op.motifs]
-            submitted.remaining = len(submitted.op.motifs)
         submitted.dispatched.add(motif_index)
         motif = submitted.op.motifs[motif_index]
         if self.me not in motif.ranks:

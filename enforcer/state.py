@@ -22,35 +22,30 @@ _tracer: Tracer | None = None
 _groups: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _tls = threading.local()
 _lock = threading.Lock()
+_exported: Tracer | None = None           # the trace P2_TRACE_FILE already holds
 
 
 def tracer() -> Tracer:
-    """The process's tracer, made on first use from the global rank."""
-    global _tracer
+    """The process's tracer; before any default group exists, one for the
+    launch environment's rank (``RANK``/``WORLD_SIZE``)."""
     with _lock:
         if _tracer is None:
-            rank, size = _global_rank_and_size()
-            limit = int(os.environ.get("P2_TRACE_LIMIT", DEFAULT_LIMIT))
-            _tracer = Tracer(rank, size, limit)
-            atexit.register(export_from_env)
+            _start(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)))
         return _tracer
-
-
-def _global_rank_and_size() -> tuple[int, int]:
-    # The default group is being created when the first p2enforcer group is
-    # made, so torch cannot tell us yet; the launch environment can.
-    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
 def reset_tracer(rank: int, size: int) -> Tracer:
-    """Start a fresh trace (the default group was re-created)."""
-    global _tracer
+    """Start a fresh trace (a default group is being made)."""
     with _lock:
-        limit = int(os.environ.get("P2_TRACE_LIMIT", DEFAULT_LIMIT))
-        if _tracer is None:
-            atexit.register(export_from_env)
-        _tracer = Tracer(rank, size, limit)
-        return _tracer
+        return _start(rank, size)
+
+
+def _start(rank: int, size: int) -> Tracer:
+    global _tracer
+    if _tracer is None:
+        atexit.register(export_from_env)
+    _tracer = Tracer(rank, size, int(os.environ.get("P2_TRACE_LIMIT", DEFAULT_LIMIT)))
+    return _tracer
 
 
 def register_group(group) -> None:
@@ -80,11 +75,15 @@ def entered_count() -> int:
 
 
 def export_from_env() -> None:
+    """Write the trace to ``P2_TRACE_FILE`` when the default group is destroyed,
+    or at exit if it never was; once per trace, and only if something was traced."""
+    global _exported
     template = os.environ.get("P2_TRACE_FILE")
-    if not template or _tracer is None or not (_tracer.counts or _tracer.bypassed):
+    if not template or _tracer is None or _exported is _tracer or not (_tracer.counts or _tracer.bypassed):
         return
     try:
         path = _tracer.export(trace_path(template, _tracer.rank))
+        _exported = _tracer
         log.info("p2enforcer: trace of rank %d written to %s", _tracer.rank, path)
     except OSError as error:
         log.warning("p2enforcer: could not write the trace to %s: %s", template, error)

@@ -57,11 +57,6 @@ class OpRecord:
     enforced: bool = False
     root: int = 0           # broadcast: the source's group rank
 
-    @property
-    def signature(self) -> tuple:
-        return (self.kind, self.dtype, self.bytes, self.group)
-
-
 @dataclass(frozen=True)
 class Wait:
     iteration: int
@@ -139,6 +134,9 @@ class Tracer:
 
     def wait(self, order: int, seconds: float) -> None:
         self._waits.append(Wait(self.iteration, order, seconds))
+
+    def wait_seconds(self) -> float:
+        return sum(w.seconds for w in list(self._waits))
 
     def bypass(self, kind: str) -> int:
         with self._lock:

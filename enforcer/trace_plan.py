@@ -26,14 +26,12 @@ import json
 import sys
 from pathlib import Path
 
-from enforcer.plan import OpKey, OpPlan, Plan, PlanError
+from enforcer.plan import PLAN_KIND, OpKey, OpPlan, Plan, PlanError
 from optimizer_service import motifs
 from optimizer_service.motifs import Kind
 
 ELEMENT_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
                  "int8": 1, "uint8": 1, "bool": 1}
-PLAN_KIND = {"all_reduce": "all_reduce", "broadcast": "broadcast", "all_gather_into_tensor": "all_gather",
-             "reduce_scatter_tensor": "reduce_scatter", "all_to_all_single": "all_to_all"}
 
 
 def last_iteration(trace: dict) -> list[dict]:

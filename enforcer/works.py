@@ -1,10 +1,9 @@
 """Work objects the enforcer hands back, and completion tracking.
 
-Collectives of the inner backends return Works with a future, so a completion
-callback on it timestamps the op at no cost to the caller. gloo's send/recv
-Works have no future; :class:`TrackedWork` wraps them and timestamps the op
-when it is waited on. Ops run under a plan complete through a
-``torch.futures.Future`` the dispatcher resolves (:func:`future_work`).
+Every op passed through returns its inner Work inside a :class:`TrackedWork`,
+which timestamps the op when it is seen complete. Coalesced ops the inner
+backend offers only one pair at a time complete together (:func:`all_of`).
+Ops run under a plan return :class:`enforcer.runtime.PlannedWork`.
 """
 
 from __future__ import annotations
