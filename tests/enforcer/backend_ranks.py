@@ -18,6 +18,9 @@ def iterations(count: int, mark_steps: bool) -> dict:
     dist.broadcast(torch.zeros(5), src=0)                     # setup, before the first iteration
     if mark_steps:
         enforcer.step()
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
+    if mark_steps:
+        enforcer.attach(optimizer)          # optimizer.step() now marks the boundary
     for _ in range(count):
         a = torch.full((1000,), float(rank))
         work = dist.all_reduce(a, async_op=True)
@@ -28,8 +31,7 @@ def iterations(count: int, mark_steps: bool) -> dict:
             dist.send(torch.ones(3), 1)
         elif rank == 1:
             dist.recv(torch.empty(3), 0)
-        if mark_steps:
-            enforcer.step()
+        optimizer.step()
     path = enforcer.export_trace(os.path.join(os.environ["P2_TEST_DIR"], f"trace{rank}.json"))
     return json.loads(path.read_text())
 

@@ -79,6 +79,9 @@ def under_plan(reverse: bool, channels: int, async_all: bool, iterations: int = 
         want = run_ops(plain, True)
         mismatches += [i for i, (g, w) in enumerate(zip(got, want)) if not torch.equal(g, w)]
         enforcer.step()
+    enforcer.remove_plan()                  # back to passthrough: nothing more is enforced
+    got, want = run_ops(None, async_all), run_ops(plain, True)
+    mismatches += [10 + i for i, (g, w) in enumerate(zip(got, want)) if not torch.equal(g, w)]
     trace = enforcer.trace()
     enforced = sum(1 for op in trace["ops"] if op["enforced"])
     return {"mismatches": mismatches, "enforced": enforced, "waits": len(trace["waits"])}
