@@ -142,7 +142,7 @@ class EnforcerGroup(ProcessGroup):
     def allreduce(self, tensors, opts=None):
         if isinstance(tensors, torch.Tensor):
             tensors = [tensors]
-        if opts is None or isinstance(opts, dist.ReduceOp | dist.ReduceOp.RedOpType):
+        if not isinstance(opts, dist.AllreduceOptions):
             opts = _allreduce_options(opts)
         record = self._issue("all_reduce", tensors[0], _bytes(tensors))
         work = self._planned("all_reduce", record, tensors, opts)

@@ -42,7 +42,7 @@ TRACE_FORMAT = "p2enforcer-trace"
 DEFAULT_LIMIT = 200_000
 
 
-@dataclass
+@dataclass(slots=True)
 class OpRecord:
     iteration: int
     seq: int
