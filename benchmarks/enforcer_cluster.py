@@ -14,7 +14,7 @@ barrier; the median is reported):
 * ``both, two channels`` — both ops with the same sequence numbers, all-reduce
   on channel 0 and all-to-all on channel 1, so they run at once;
 * ``program`` — P²'s hierarchical all-reduce (``--program-mib`` MiB) run by the
-  bare executor and, as a plan (:mod:`enforcer.program_plan`), through the
+  bare executor and, as a plan (:mod:`optimizer_service.program_motifs`), through the
   enforcer, interleaved.
 
 Writes ``enforcer_cluster.json`` and ``.png`` under ``--out`` and prints a
@@ -41,7 +41,7 @@ NAME = "enforcer-bench"
 
 # ----------------------------------------------------------------- rank side
 def _plans(world: int, elements: int) -> dict[str, str]:
-    from enforcer.plan import OpKey, OpPlan, Plan
+    from optimizer_service.plan_file import OpKey, OpPlan, Plan
     from optimizer_service import motifs
     from optimizer_service.motifs import Kind
 
@@ -134,8 +134,8 @@ def _program_cases(world: int, elements: int, iterations: int, plain) -> dict[st
 
     import enforcer
     from enforcer.executor import GroupCache, ProgramExecutor
-    from enforcer.plan import OpKey, OpPlan, Plan
-    from enforcer.program_plan import program_motifs
+    from optimizer_service.plan_file import OpKey, OpPlan, Plan
+    from optimizer_service.program_motifs import program_motifs
     from optimizer_service.lowering import LoweredProgram
 
     program = LoweredProgram.parse(PROGRAM)

@@ -82,7 +82,7 @@ def _enforcer_group(group):
 
 
 def install_plan(plan, group=None) -> None:
-    """Install ``plan`` (a :class:`enforcer.plan.Plan`, its JSON text, or a path)
+    """Install ``plan`` (a :class:`optimizer_service.plan_file.Plan`, its JSON text, or a path)
     on ``group`` (default: the world). Collective: every rank of the group calls
     it at the same point between iterations. Raises ``PlanError`` and leaves the
     group in its current mode when the plan does not fit the job."""

@@ -1,6 +1,6 @@
 """Enforcing a plan: ordered dispatch of motifs over channels (Syndicate §5, Pseudocode 2).
 
-:func:`install` checks a :class:`~enforcer.plan.Plan` against the group and
+:func:`install` checks a :class:`~optimizer_service.plan_file.Plan` against the group and
 builds, collectively and before any op uses them, one bare inner backend per
 (channel, member set) the plan's motifs need — only members take part, in one
 sorted order on every rank, each channel's backends bound to its network
@@ -38,7 +38,7 @@ program's own order of submissions and waits, so every rank takes it alike.
 that never came are skipped (logged once) and the sequence numbers restart.
 Without ``step()`` an iteration ends after the plan's last op of the group.
 
-Motifs run on the op's *buffer* (:mod:`enforcer.plan`): all_reduce and
+Motifs run on the op's *buffer* (:mod:`optimizer_service.plan_file`): all_reduce and
 broadcast work in place on the tensor; all_gather_into_tensor copies the
 input into its block of the output first; reduce_scatter_tensor reduces a copy
 of the input and copies its own block out at the end; all_to_all_single reads
@@ -60,7 +60,7 @@ import torch
 import torch.distributed as dist
 
 from enforcer import inner, p2p
-from enforcer.plan import PLAN_KIND, OpPlan, Plan, PlanError
+from optimizer_service.plan_file import PLAN_KIND, OpPlan, Plan, PlanError
 from optimizer_service.motifs import Kind, Motif
 
 log = logging.getLogger("enforcer")

@@ -26,7 +26,7 @@ import json
 import sys
 from pathlib import Path
 
-from enforcer.plan import PLAN_KIND, OpKey, OpPlan, Plan, PlanError
+from optimizer_service.plan_file import PLAN_KIND, OpKey, OpPlan, Plan, PlanError
 from optimizer_service import motifs
 from optimizer_service.motifs import Kind
 

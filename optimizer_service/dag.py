@@ -10,6 +10,18 @@ so a move across the iteration boundary — the next batch's data-prep
 all-to-all issued during this iteration's backward pass, as in Syndicate's
 Figure 13 — is just a different ``after``/``after_previous`` split.
 
+``after`` and ``after_previous`` are data dependencies: the node needs their
+results. ``issued_after`` and ``issued_after_previous`` are the training
+loop's program order only: the framework *submits* the op after those nodes
+(e.g. the data-prep all-to-all of batch k+1 once step k's optimizer update is
+done) although it does not need them. Schedulers of today's stack (FIFO, BS+,
+HO) keep them; Syndicate's scheduler drops them, which is how it moves an op
+across the iteration boundary (§6.5 "Data Prefetch"; the enforcer holds the
+op's motifs until the application submits it).
+
+Node order is program order: the order in which one iteration submits its
+nodes (Figure 13's numbering), which FIFO and LIFO follow.
+
 :func:`to_tasks` lowers a DAG plus one plan per comm-op to the scheduler's
 task list (:mod:`optimizer_service.scheduler`): a comm-op's motifs keep the
 plan's ``Seq``/``Par`` structure as dependencies, its first motifs wait for
@@ -34,6 +46,8 @@ class Node:
     comm: Motif | None = None                  # the comm-op, as one whole motif
     after: tuple[str, ...] = ()                # same-iteration predecessors
     after_previous: tuple[str, ...] = ()       # predecessors in the previous iteration
+    issued_after: tuple[str, ...] = ()         # program order only (same iteration)
+    issued_after_previous: tuple[str, ...] = ()  # program order only (previous iteration)
 
     @property
     def is_comm(self) -> bool:
@@ -55,7 +69,7 @@ class TrainingDAG:
             raise InvalidInputError(f"DAG {self.name!r}: node name {twice!r} appears twice")
         self.index.update({n: i for i, n in enumerate(names)})
         for node in self.nodes:
-            for before in node.after + node.after_previous:
+            for before in node.after + node.after_previous + node.issued_after + node.issued_after_previous:
                 if before not in self.index:
                     raise InvalidInputError(f"DAG {self.name!r}: node {node.name!r} waits for unknown node {before!r}")
             if node.seconds < 0:
@@ -74,19 +88,24 @@ class TrainingDAG:
         for k in range(iterations):
             for node in self.nodes:
                 after = tuple(f"{b}@{k}" for b in node.after)
+                issued = tuple(f"{b}@{k}" for b in node.issued_after)
                 if k > 0:
                     after += tuple(f"{b}@{k - 1}" for b in node.after_previous)
-                nodes.append(Node(f"{node.name}@{k}", node.seconds, node.comm, after))
+                    issued += tuple(f"{b}@{k - 1}" for b in node.issued_after_previous)
+                nodes.append(Node(f"{node.name}@{k}", node.seconds, node.comm, after, (), issued))
         return TrainingDAG(f"{self.name} x{iterations}", tuple(nodes), self.description)
 
 
-def compute(name: str, seconds: float, *after: str, previous: Sequence[str] = ()) -> Node:
-    return Node(name, seconds, None, tuple(after), tuple(previous))
+def compute(name: str, seconds: float, *after: str, previous: Sequence[str] = (),
+            issued_after: Sequence[str] = (), issued_after_previous: Sequence[str] = ()) -> Node:
+    return Node(name, seconds, None, tuple(after), tuple(previous), tuple(issued_after), tuple(issued_after_previous))
 
 
 def comm(name: str, kind: Kind, ranks: Sequence[int], elements: int, *after: str,
-         previous: Sequence[str] = ()) -> Node:
-    return Node(name, 0.0, comm_op(kind, ranks, elements), tuple(after), tuple(previous))
+         previous: Sequence[str] = (), issued_after: Sequence[str] = (),
+         issued_after_previous: Sequence[str] = ()) -> Node:
+    return Node(name, 0.0, comm_op(kind, ranks, elements), tuple(after), tuple(previous), tuple(issued_after),
+                tuple(issued_after_previous))
 
 
 def to_tasks(dag: TrainingDAG, plans: Mapping[str, Plan], seconds: Callable[[Motif], float]
@@ -127,7 +146,7 @@ def _lower(plan: Plan, before: tuple[int, ...], tasks: list[Task], name: str,
 def _topological(dag: TrainingDAG) -> list[int]:
     successors: list[list[int]] = [[] for _ in dag.nodes]
     for i, node in enumerate(dag.nodes):
-        for before in set(node.after):
+        for before in set(node.after + node.issued_after):
             successors[dag.index[before]].append(i)
     order, stuck = topological_order(successors)
     if stuck is not None:

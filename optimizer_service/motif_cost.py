@@ -14,6 +14,12 @@ Syndicate names as the reason over-fine segmentation does not pay (§4.2.1,
 How payload sizes map onto the simulator's per-member input ``n``: AllReduce,
 Reduce and Broadcast pass the whole range; a ReduceScatter passes the union of
 its parts (each member ends with one); an AllGather passes one part.
+
+:meth:`MotifCostModel.step_seconds` prices motifs that run together over
+disjoint groups (the ∥ Reduce of a tree's blocks, the groups of one P² step)
+as one simulator step, so links they share are shared exactly. Prices are
+cached by what they depend on (kind, ranks, part sizes, window, channel), so
+the pieces of a segmented op cost one simulation.
 """
 
 from __future__ import annotations
@@ -52,12 +58,48 @@ class MotifCostModel:
             self._models[channel] = CostModel(self.topology, Algorithm.RING, channel)
         return self._models[channel]
 
+    _cache: dict[tuple, float] = field(default_factory=dict, repr=False)
+
     def seconds(self, motif: Motif) -> float:
-        model = self.model(motif.channel)
+        return self.step_seconds((motif,))
+
+    def step_seconds(self, group: tuple[Motif, ...]) -> float:
+        """Motifs of one kind on one channel over disjoint ranks, run at once."""
+        first = group[0]
+        key = (first.kind, first.channel, first.window,
+               tuple((m.ranks, tuple(b - a for a, b in m.ranges)) for m in group))
+        cached = self._cache.get(key)
+        if cached is None:
+            if len(group) == 1 or len({(len(m.ranks), m.elements) for m in group}) > 1:
+                cached = max(self._price(m) for m in group)
+            else:
+                cached = self._price_together(group)
+            self._cache[key] = cached
+        return cached
+
+    def _price_together(self, group: tuple[Motif, ...]) -> float:
+        first = group[0]
+        model = self.model(first.channel)
+        nbytes = first.elements * self.element_bytes
+        if nbytes == 0 or len(first.ranks) < 2:
+            return self.dispatch_seconds
+        for m in group:
+            self._check_ranks(m)
+        ranks = np.asarray([m.ranks for m in group], dtype=np.int64)
+        if first.kind is Kind.ALL_TO_ALL:
+            return max(self._price(m) for m in group)
+        per_member = nbytes / ranks.shape[1] if first.kind is Kind.ALL_GATHER else nbytes
+        return self.dispatch_seconds + model.step_seconds(_COLLECTIVE[first.kind], ranks, per_member)
+
+    def _check_ranks(self, motif: Motif) -> None:
         for rank in motif.ranks:
             if not 0 <= rank < self.topology.device_count:
                 raise InvalidInputError(f"motif {motif} names rank {rank}; topology {self.topology.name!r} "
                                         f"has ranks 0..{self.topology.device_count - 1}")
+
+    def _price(self, motif: Motif) -> float:
+        model = self.model(motif.channel)
+        self._check_ranks(motif)
         nbytes = motif.elements * self.element_bytes
         if nbytes == 0 or len(motif.ranks) < 2:
             return self.dispatch_seconds

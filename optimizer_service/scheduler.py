@@ -1,4 +1,5 @@
-"""optSched: Syndicate's greedy critical-path list scheduler (Pseudocode 1, §4.3.1).
+"""optSched: Syndicate's greedy critical-path list scheduler (Pseudocode 1, §4.3.1),
+and the orders of the baselines it is compared with (§6.4).
 
 Input: a DAG of tasks. A task is compute (it runs on the one compute stream)
 or a communication motif (it runs on its channel; a channel runs at most
@@ -11,19 +12,34 @@ stream is behind and dequeuing communication motifs by critical path while
 communication is behind. Our reading, as an event-driven list scheduler that
 does exactly that without the text's garbled loop structure:
 
-* a task is *ready* when all its predecessors are scheduled; its earliest
-  start is the latest end among them;
-* the compute stream takes ready compute tasks in FIFO order (the order in
-  which they became ready, then their index), each when the stream is free;
-* each channel takes, among its ready motifs, the one with the longest
-  critical path to the end of the DAG (its duration plus the longest chain of
-  successors, the "bottom level"), each in its earliest free slot;
-* of all the resources, the one that can start a task earliest goes first
-  (compute before communication on ties, as the pseudocode runs compute first).
+* a task is *released* when all its predecessors have ended;
+* every resource (the compute stream, each channel) is work-conserving: when
+  it is free and some of its tasks are released, it starts one of them;
+* the compute stream takes released compute tasks FIFO (by release time, then
+  index); a channel takes, by :class:`Policy`,
+
+  - ``critical-path`` (optSched): the motif with the longest path to the end
+    of the DAG (its duration plus the longest chain of successors, the
+    "bottom level");
+  - ``lifo`` (ByteScheduler, BS+): the motif of the most recently submitted
+    comm-op (largest ``program`` index), an op's motifs in index order;
+  - ``fifo`` (today's stack, and S-Exec): motifs strictly in ``program``
+    order across all channels — a motif does not start before the one before
+    it has started, as when one thread issues them in order;
+
+* decisions are taken in time order: of all resources, the one that can start
+  a task earliest goes first (compute before channels on ties, as the
+  pseudocode runs compute first). A task released later has a predecessor
+  that ends later, so no decision is ever taken without the tasks it could
+  have chosen.
 
 Sequence numbers follow start times; motifs that start at the same instant on
 different channels share a number — they are meant to overlap (§4.4, "two or
 more motifs can be assigned the same priority").
+
+:func:`schedule` takes :class:`Task` values; :class:`Graph` is the same DAG
+compiled once into flat lists, which the search re-times many times
+(:meth:`Graph.run` with new durations) without building objects.
 """
 
 from __future__ import annotations
@@ -31,11 +47,21 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.graph import topological_order
 
 COMPUTE = -1  # the channel value of compute tasks
+
+
+class Policy(str, Enum):
+    CRITICAL_PATH = "critical-path"
+    LIFO = "lifo"
+    FIFO = "fifo"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -44,6 +70,7 @@ class Task:
     seconds: float
     channel: int = COMPUTE          # COMPUTE, or the motif's channel
     after: tuple[int, ...] = ()     # indices of predecessor tasks
+    program: int = -1               # submission order (-1: the task's index)
 
     @property
     def is_compute(self) -> bool:
@@ -68,102 +95,186 @@ class Schedule:
 
 def bottom_levels(tasks: Sequence[Task]) -> list[float]:
     """Each task's duration plus the longest chain of successors after it."""
-    return _bottom_levels(tasks, _successors(tasks))
+    graph = Graph.of(tasks)
+    return graph.bottom_levels([t.seconds for t in tasks])
 
 
-def _bottom_levels(tasks: Sequence[Task], successors: list[list[int]]) -> list[float]:
-    level = [0.0] * len(tasks)
-    for index in reversed(_topological(tasks, successors)):
-        level[index] = tasks[index].seconds + max((level[s] for s in successors[index]), default=0.0)
-    return level
-
-
-def _successors(tasks: Sequence[Task]) -> list[list[int]]:
-    successors: list[list[int]] = [[] for _ in tasks]
-    for index, task in enumerate(tasks):
-        for before in set(task.after):
-            if not 0 <= before < len(tasks):
-                raise InvalidInputError(f"task {task.name!r} depends on task {before}, which does not exist")
-            successors[before].append(index)
-    return successors
-
-
-def _topological(tasks: Sequence[Task], successors: list[list[int]]) -> list[int]:
-    order, stuck = topological_order(successors)
-    if stuck is not None:
-        raise InvalidInputError(f"the task graph has a cycle (through {tasks[stuck].name!r})")
-    return order
-
-
-def schedule(tasks: Sequence[Task], capacity: int = 1) -> Schedule:
+def schedule(tasks: Sequence[Task], capacity: int = 1, policy: Policy = Policy.CRITICAL_PATH) -> Schedule:
     """Schedule ``tasks`` (module docstring); every channel runs ``capacity`` motifs at once."""
-    if capacity < 1:
-        raise InvalidInputError(f"channel capacity {capacity} must be at least 1")
     for task in tasks:
         if not task.seconds >= 0:
             raise InvalidInputError(f"task {task.name!r} has duration {task.seconds!r}; it must be >= 0")
-    successors = _successors(tasks)
-    level = _bottom_levels(tasks, successors)
-    waiting = [len(set(t.after)) for t in tasks]
-    release = [0.0] * len(tasks)
-    start = [0.0] * len(tasks)
-    end = [0.0] * len(tasks)
-    compute_free = 0.0
-    slots: dict[int, list[float]] = {}
-    ready_compute: list[tuple[float, int, int]] = []      # (release, arrival, index): FIFO
-    ready_comm: dict[int, list[int]] = {}
-    arrivals = 0
+    graph = Graph.of(tasks)
+    start, end, order = graph.run([t.seconds for t in tasks], capacity, policy)
+    return Schedule(tuple(start), tuple(end), tuple(order), graph.sequence(start, order))
 
-    def make_ready(index: int) -> None:
-        nonlocal arrivals
-        task = tasks[index]
-        if task.is_compute:
-            heapq.heappush(ready_compute, (release[index], arrivals, index))
-            arrivals += 1
-        else:
-            ready_comm.setdefault(task.channel, []).append(index)
-            slots.setdefault(task.channel, [0.0] * capacity)
 
-    for index, count in enumerate(waiting):
-        if count == 0:
-            make_ready(index)
-    order: list[int] = []
-    while len(order) < len(tasks):
-        best: tuple[float, int, int] | None = None   # (start, resource rank, index)
-        if ready_compute:
-            _, _, index = ready_compute[0]
-            best = (max(compute_free, release[index]), 0, index)
-        for channel, candidates in ready_comm.items():
-            if not candidates:
-                continue
-            free = min(slots[channel])
-            index = min(candidates, key=lambda i: (max(free, release[i]), -level[i], i))
-            option = (max(free, release[index]), 1, index)
-            if best is None or option[:2] < best[:2]:
-                best = option
-        assert best is not None, "ready tasks exist while the graph is acyclic"
-        begin, _, index = best
-        task = tasks[index]
-        if task.is_compute:
-            heapq.heappop(ready_compute)
-            compute_free = begin + task.seconds
+class Graph:
+    """A task DAG compiled for repeated scheduling: successor lists, in-degrees,
+    resources, and a topological order, all as flat lists."""
+
+    def __init__(self, channel: Sequence[int], after: Sequence[Sequence[int]], program: Sequence[int],
+                 names: Sequence[str] | None = None, ordered: bool = False) -> None:
+        """``ordered``: every task's predecessors come before it (the caller built
+        the list in a topological order), which skips the sort and the checks."""
+        n = len(channel)
+        self.size = n
+        self.channel = list(channel)
+        self.program = list(program)
+        self.names = list(names) if names is not None else [f"task {i}" for i in range(n)]
+        self.successors: list[list[int]] = [[] for _ in range(n)]
+        self.indegree = [0] * n
+        self._fifo: list[int] | None = None
+        if ordered:
+            successors, indegree = self.successors, self.indegree
+            for index, before in enumerate(after):
+                for b in before:
+                    successors[b].append(index)
+                indegree[index] = len(before)
+            self.topological = range(n)
+            self.channels = sorted(set(self.channel) - {COMPUTE})
+            return
+        for index, before in enumerate(after):
+            for b in set(before):
+                if not 0 <= b < n:
+                    raise InvalidInputError(f"{self.names[index]!r} depends on task {b}, which does not exist")
+                self.successors[b].append(index)
+                self.indegree[index] += 1
+        order, stuck = topological_order(self.successors)
+        if stuck is not None:
+            raise InvalidInputError(f"the task graph has a cycle (through {self.names[stuck]!r})")
+        self.topological = order
+        self.channels = sorted({c for c in self.channel if c != COMPUTE})
+
+    @property
+    def fifo(self) -> list[int]:
+        """FIFO issue order of the motifs: by submission index, then task index."""
+        if self._fifo is None:
+            self._fifo = sorted((i for i in range(self.size) if self.channel[i] != COMPUTE),
+                                key=lambda i: (self.program[i], i))
+        return self._fifo
+
+    @classmethod
+    def of(cls, tasks: Sequence[Task]) -> Graph:
+        return cls([t.channel for t in tasks], [t.after for t in tasks],
+                   [t.program if t.program >= 0 else i for i, t in enumerate(tasks)], [t.name for t in tasks])
+
+    def bottom_levels(self, seconds: Sequence[float]) -> list[float]:
+        level = [0.0] * self.size
+        successors = self.successors
+        for index in reversed(self.topological):
+            best = 0.0
+            for s in successors[index]:
+                if level[s] > best:
+                    best = level[s]
+            level[index] = seconds[index] + best
+        return level
+
+    def run(self, seconds: Sequence[float], capacity: int = 1, policy: Policy = Policy.CRITICAL_PATH
+            ) -> tuple[list[float], list[float], list[int]]:
+        """``(start, end, order)`` of every task under ``policy`` (module docstring)."""
+        if capacity < 1:
+            raise InvalidInputError(f"channel capacity {capacity} must be at least 1")
+        n = self.size
+        channel, successors, program = self.channel, self.successors, self.program
+        waiting = list(self.indegree)
+        release = [0.0] * n
+        start = [0.0] * n
+        end = [0.0] * n
+        order: list[int] = []
+        push, pop = heapq.heappush, heapq.heappop
+        if policy is Policy.CRITICAL_PATH:
+            level = self.bottom_levels(seconds)
+            key = [(-level[i], i) for i in range(n)]
         else:
-            ready_comm[task.channel].remove(index)
-            free = slots[task.channel]
-            free[free.index(min(free))] = begin + task.seconds
-        start[index], end[index] = begin, begin + task.seconds
-        order.append(index)
-        for s in successors[index]:
-            release[s] = max(release[s], end[index])
-            waiting[s] -= 1
-            if waiting[s] == 0:
-                make_ready(s)
-    position = {index: k for k, index in enumerate(order)}
-    motifs = sorted((i for i in order if not tasks[i].is_compute), key=lambda i: (start[i], position[i]))
-    sequence: dict[int, int] = {}
-    number, previous = -1, None
-    for i in motifs:
-        if start[i] != previous:
-            number, previous = number + 1, start[i]
-        sequence[i] = number
-    return Schedule(tuple(start), tuple(end), tuple(order), sequence)
+            key = [(-program[i], i) for i in range(n)]
+        # resource slot 0 is the compute stream, 1.. the channels
+        slot_of = {c: k + 1 for k, c in enumerate(self.channels)}
+        resource = [0 if c == COMPUTE else slot_of[c] for c in channel]
+        count = len(self.channels) + 1
+        pending: list[list] = [[] for _ in range(count)]     # (release, key, index): predecessors done
+        ready: list[list] = [[] for _ in range(count)]       # (key, index): released by the resource's time
+        free = [[0.0] * (1 if r == 0 else capacity) for r in range(count)]
+        fifo = policy is Policy.FIFO
+        fifo_order, head, last_issue = (self.fifo if fifo else []), 0, 0.0
+        clock = 0.0     # decisions are taken in time order; no start is earlier than the last
+        known = [False] * n
+
+        def arrive(i: int) -> None:
+            if fifo and resource[i]:
+                known[i] = True
+            else:
+                push(pending[resource[i]], (release[i], i if resource[i] == 0 else key[i], i))
+
+        for i in range(n):
+            if waiting[i] == 0:
+                arrive(i)
+        while len(order) < n:
+            best_time, best_resource = None, -1
+            for r in range(count):
+                if fifo and r:
+                    continue
+                queue, slots = ready[r], free[r]
+                now = min(slots)
+                if now < clock:
+                    now = clock
+                waiting_queue = pending[r]
+                while waiting_queue and waiting_queue[0][0] <= now:
+                    _, k, i = pop(waiting_queue)
+                    push(queue, ((release[i], i) if r == 0 else k, i))
+                if queue:
+                    t = now
+                elif waiting_queue:
+                    t = waiting_queue[0][0]
+                else:
+                    continue
+                if best_time is None or t < best_time:
+                    best_time, best_resource = t, r
+            if fifo and head < len(fifo_order) and known[fifo_order[head]]:
+                i = fifo_order[head]
+                slots = free[resource[i]]
+                t = max(release[i], min(slots), last_issue, clock)
+                if best_time is None or t < best_time:
+                    best_time, best_resource = t, -2
+            if best_time is None:
+                raise InvalidInputError("no task can start: the FIFO order waits for a motif whose "
+                                        "predecessors come after it in submission order")
+            if best_resource == -2:
+                i = fifo_order[head]
+                head += 1
+                last_issue = best_time
+                slots = free[resource[i]]
+            else:
+                r = best_resource
+                queue = ready[r]
+                if not queue:
+                    waiting_queue = pending[r]
+                    while waiting_queue and waiting_queue[0][0] <= best_time:
+                        _, k, i = pop(waiting_queue)
+                        push(queue, ((release[i], i) if r == 0 else k, i))
+                i = pop(queue)[1]
+                slots = free[r]
+            clock = best_time
+            finish = best_time + seconds[i]
+            start[i], end[i] = best_time, finish
+            slots[slots.index(min(slots))] = finish
+            order.append(i)
+            for s in successors[i]:
+                if finish > release[s]:
+                    release[s] = finish
+                waiting[s] -= 1
+                if waiting[s] == 0:
+                    arrive(s)
+        return start, end, order
+
+    def sequence(self, start: Sequence[float], order: Sequence[int]) -> dict[int, int]:
+        """Motif index -> sequence number: by start time; equal starts share a number."""
+        position = {index: k for k, index in enumerate(order)}
+        motifs = sorted((i for i in order if self.channel[i] != COMPUTE), key=lambda i: (start[i], position[i]))
+        sequence: dict[int, int] = {}
+        number, previous = -1, None
+        for i in motifs:
+            if start[i] != previous:
+                number, previous = number + 1, start[i]
+            sequence[i] = number
+        return sequence

@@ -37,16 +37,3 @@ def test_repository_floor():
     commands = [line for line in readme[:6] if line.startswith("scripts/")]
     assert [c.split()[0] for c in commands] == ["scripts/run.sh", "scripts/test.sh"]
     assert "scripts/test.sh" in (ROOT / ".ci" / "run").read_text()
-
-
-def test_executor_layout_is_pure():
-    # The data layout of lowered programs is planning: no torch, no I/O.
-    for module in imported_modules(ROOT / "enforcer" / "layout.py"):
-        assert not module.startswith(FORBIDDEN), module
-
-
-def test_enforcer_plan_is_pure():
-    # The installed plan is parsed and checked without torch or I/O, so the
-    # optimizer side can build and validate plans too.
-    for module in imported_modules(ROOT / "enforcer" / "plan.py"):
-        assert not module.startswith(FORBIDDEN), module

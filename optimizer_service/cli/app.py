@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from optimizer_service.cli.bench import bench
 from optimizer_service.cli.calibrate import calibrate
 from optimizer_service.cli.cluster import cluster
+from optimizer_service.cli.optimize import optimize
 from optimizer_service.cli.synth import synth
 from optimizer_service.cli.topology import topology
 from optimizer_service.errors import InvalidInputError, JobFailedError
@@ -41,6 +42,7 @@ def cli(ctx: click.Context) -> None:
 cli.add_command(bench)
 cli.add_command(calibrate)
 cli.add_command(cluster)
+cli.add_command(optimize)
 cli.add_command(synth)
 cli.add_command(topology)
 

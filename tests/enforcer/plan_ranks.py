@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 import enforcer
-from enforcer.plan import OpKey, OpPlan, Plan, PlanError
+from optimizer_service.plan_file import OpKey, OpPlan, Plan, PlanError
 from optimizer_service import motifs
 from optimizer_service.motifs import Kind
 
@@ -111,7 +111,7 @@ def plan_from_environment() -> dict:
 
 def program_under_plan(program_text: str, elements: int) -> bool:
     """A P² program as an all_reduce plan equals plain gloo's all_reduce."""
-    from enforcer.program_plan import program_motifs
+    from optimizer_service.program_motifs import program_motifs
     from optimizer_service.lowering import LoweredProgram
 
     world, rank = dist.get_world_size(), dist.get_rank()

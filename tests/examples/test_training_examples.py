@@ -202,7 +202,7 @@ def test_losses_equal_a_gloo_run(jobs, script, world_size, backend):
 def test_losses_under_a_plan_from_the_trace_equal_gloo(jobs, tmp_path, script):
     """Trace a passthrough run, plan every op of its last iteration by rule (segmented,
     ring-splined, two channels), run again with P2_PLAN_FILE: same losses as gloo."""
-    from enforcer.plan import PLAN_KIND
+    from optimizer_service.plan_file import PLAN_KIND
     from enforcer.trace_plan import plan_from_trace
 
     reason = unavailable("p2enforcer")

@@ -2,8 +2,8 @@
 
 import pytest
 
-from enforcer.plan import OpKey, OpPlan
-from enforcer.program_plan import program_motifs
+from optimizer_service.plan_file import OpKey, OpPlan
+from optimizer_service.program_motifs import program_motifs
 from optimizer_service.lowering import LoweredProgram, PlacementMap
 from optimizer_service.planner import synthesize_placements
 from tests.enforcer.test_executor import CONFIGURATIONS

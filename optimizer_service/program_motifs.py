@@ -1,7 +1,7 @@
 """P² reduction programs as motif plans of an all_reduce (pure).
 
 A lowered program (:mod:`optimizer_service.lowering`) is a sequence of steps,
-each a collective over disjoint device groups. :mod:`enforcer.layout` works
+each a collective over disjoint device groups. :mod:`optimizer_service.layout` works
 out which element ranges every group moves; here each step becomes a ``Par``
 of motifs and the program the ``Seq`` of its steps, so a plan can offer a P²
 program as one more way to run an all_reduce (Syndicate's execution-plan
@@ -21,7 +21,7 @@ several ranges becomes one motif per range. Empty pieces stay as empty ranges.
 
 from __future__ import annotations
 
-from enforcer.layout import plan_layout
+from optimizer_service.layout import plan_layout
 from optimizer_service import motifs
 from optimizer_service.collective import Collective
 from optimizer_service.lowering import LoweredProgram

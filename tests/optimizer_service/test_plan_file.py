@@ -1,4 +1,4 @@
-"""The installed plan (enforcer.plan): JSON round trip, one-line rejections,
+"""The installed plan (optimizer_service.plan_file): JSON round trip, one-line rejections,
 lookups, and validate() proving on a compressed buffer that the motifs compute
 the op, for any size (Syndicate §4.2, §4.4, Pseudocode 2)."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from enforcer.plan import KINDS, OpKey, OpPlan, Plan, PlanError, whole_op
+from optimizer_service.plan_file import KINDS, OpKey, OpPlan, Plan, PlanError, whole_op
 from optimizer_service.motifs import (
     Kind,
     Motif,

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from enforcer.layout import WHOLE, LayoutError, cut, element_ranges, merge, plan_layout
+from optimizer_service.layout import WHOLE, LayoutError, cut, element_ranges, merge, plan_layout
 from optimizer_service.catalog import load_topology
 from optimizer_service.collective import Collective
 from optimizer_service.lowering import LoweredProgram

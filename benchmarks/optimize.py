@@ -1,0 +1,325 @@
+"""Syndicate's joint optimizer in simulation: speedups, qualitative findings, search speed.
+
+On the ``hgx2-4n`` preset (4 nodes x 8 GPUs, two channels) four sections are
+measured and reported, never asserted:
+
+* **systems** — every built-in workload under all six systems of
+  :mod:`optimizer_service.systems` (``run_systems``, ``--budget`` seconds of
+  MCMC for S-Exec and Syndicate): iteration time, compute idle fraction,
+  speedups over BS+ and FIFO, and Syndicate's option per comm-op. Goals: DLRM
+  rows Syndicate >= 1.2x BS+ and >= 1.3x FIFO; ``cnn-dp`` within 3 % of BS+.
+* **findings** — (a) a 32-rank all-reduce from 4 KiB to 1 GiB: each option
+  family's time alone (ring/tree unsegmented on ch0; P² programs beside them)
+  and the winner per size (paper: tree small, ring large); (b) a 32-rank
+  all-to-all from 1 KiB to 64 MiB per destination block: the fastest spline
+  width alone on ch0, and Syndicate's pick for the DLRM all-to-alls; (c) in
+  Syndicate's DLRM plans, the channels of all-to-alls and all-reduces, and the
+  seconds per iteration in which both run at once on different channels.
+* **speed** — (a) ``fsdp`` with 40 layers (200 nodes): evaluations per second
+  of ``Problem.cost_of`` under random one-op changes, and ``Graph.run`` alone
+  (goal >= 2,000/s); (b) ``fsdp`` with 167 layers (501 comm-ops): ``Problem``
+  construction and MCMC from the greedy plan (60 s budget): when it stopped,
+  why, and when its final best was found (goal: converged within 10 s).
+
+Writes ``optimize.json`` and ``optimize.png`` under ``--out`` and prints a summary.
+
+    .venv/bin/python benchmarks/optimize.py [--budget 5] [--seed 0] [--workloads dlrm-a1 cnn-dp] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+from optimizer_service.catalog import load_topology
+from optimizer_service.dag import TrainingDAG, comm, compute
+from optimizer_service.evaluation import Problem
+from optimizer_service.motif_cost import MotifCostModel
+from optimizer_service.motifs import Kind
+from optimizer_service.search import mcmc
+from optimizer_service.systems import SYSTEMS, run_systems
+from optimizer_service.workloads import build, fsdp, workload_names
+
+ROOT = Path(__file__).resolve().parents[1]
+TOPOLOGY = "hgx2-4n"
+AR_SIZES = [4**k * 2**10 for k in range(1, 11)]       # 4 KiB … 1 GiB
+A2A_SIZES = [4**k * 2**10 for k in range(9)]          # 1 KiB … 64 MiB per destination block
+DLRM = ("dlrm-a1", "dlrm-a2", "dlrm-a3")
+
+
+def label(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def systems(topology, cost, names: list[str], budget: float, seed: int) -> tuple[dict, dict]:
+    """Section 1; also returns each workload's (problem, Syndicate result) for section 2."""
+    rows, kept = {}, {}
+    for name in names:
+        print(f"systems: {name} ...", flush=True)
+        problem = Problem(build(name, topology), cost)
+        results = {r.name: r for r in run_systems(problem, budget=budget, seed=seed)}
+        bs, fifo, syn = results["BS+"].seconds, results["FIFO"].seconds, results["Syndicate"]
+        rows[name] = {
+            "systems": {r.name: {"iteration_seconds": r.seconds,
+                                 "compute_idle_fraction": r.evaluation.compute_idle_fraction,
+                                 "speedup_over_bs+": bs / r.seconds, "speedup_over_fifo": fifo / r.seconds}
+                        for r in results.values()},
+            "syndicate_options": {problem.dag.nodes[node].name: problem.options[k][syn.choice[k]].name
+                                  for k, node in enumerate(problem.comm_nodes)},
+            "syndicate_search": {"evaluations": syn.search.evaluations, "elapsed": syn.search.elapsed,
+                                 "accepted": syn.search.accepted, "stopped_by": syn.search.stopped_by,
+                                 "last_improvement_evaluation": syn.search.improvements[-1][0]},
+        }
+        kept[name] = (problem, syn)
+    return rows, kept
+
+
+def one_op(kind: Kind, elements: int, cost) -> Problem:
+    dag = TrainingDAG(f"{kind}", (compute("c", 1e-6), comm("op", kind, range(32), elements, "c")))
+    return Problem(dag, cost)
+
+
+def allreduce_families(cost, sizes: list[int]) -> list[dict]:
+    rows = []
+    for nbytes in sizes:
+        problem = one_op(Kind.ALL_REDUCE, nbytes // 4, cost)
+        alone = {o.base: t.isolated for o, t in zip(problem.options[0], problem.templates[0])
+                 if o.segments == 1 and o.channel == "ch0"}
+        own = {b: s for b, s in alone.items() if b.startswith(("ring", "tree"))}
+        best_own, best_all = min(own, key=own.get), min(alone, key=alone.get)
+        rows.append({"bytes": nbytes, "isolated_seconds": alone, "fastest_own": best_own,
+                     "fastest_own_family": "tree" if best_own.startswith("tree") else "ring",
+                     "fastest_with_p2": best_all})
+    return rows
+
+
+def alltoall_splines(cost, sizes: list[int]) -> list[dict]:
+    rows = []
+    for nbytes in sizes:
+        problem = one_op(Kind.ALL_TO_ALL, nbytes // 4, cost)
+        alone = {o.base: t.isolated for o, t in zip(problem.options[0], problem.templates[0])
+                 if o.segments == 1 and o.channel == "ch0"}
+        rows.append({"block_bytes": nbytes, "isolated_seconds": alone, "fastest": min(alone, key=alone.get)})
+    return rows
+
+
+def overlap(intervals_a: list[tuple], intervals_b: list[tuple]) -> float:
+    """Seconds in which some (start, end, channel) of a and some of b run on different channels."""
+    points = sorted({p for s, e, _ in intervals_a + intervals_b for p in (s, e)})
+    total = 0.0
+    for lo, hi in zip(points, points[1:]):
+        mid = (lo + hi) / 2
+        on_a = {c for s, e, c in intervals_a if s <= mid < e}
+        on_b = {c for s, e, c in intervals_b if s <= mid < e}
+        if any(x != y for x in on_a for y in on_b):
+            total += hi - lo
+    return total
+
+
+def channel_findings(kept: dict) -> dict:
+    out = {}
+    for name in (n for n in DLRM if n in kept):
+        problem, syn = kept[name]
+        ops = {}
+        for k, node in enumerate(problem.comm_nodes):
+            op = problem.dag.nodes[node]
+            template = problem.templates[k][syn.choice[k]]
+            ops[op.name] = {"kind": str(op.comm.kind), "option": problem.options[k][syn.choice[k]].name,
+                            "channels": sorted(set(template.channel))}
+        used = {kind: set().union(*[set(o["channels"]) for o in ops.values() if o["kind"] == kind])
+                for kind in ("AllToAll", "AllReduce")}
+        ev = syn.evaluation
+        spans = {"AllToAll": [], "AllReduce": []}
+        for i, node in enumerate(ev.task_node):
+            motif = problem.unrolled.nodes[node].comm
+            if motif is not None and str(motif.kind) in spans:
+                spans[str(motif.kind)].append((ev.start[i], ev.end[i], ev.channel[i]))
+        both = overlap(spans["AllToAll"], spans["AllReduce"]) / problem.iterations
+        out[name] = {"ops": ops, "all_to_all_channels": sorted(used["AllToAll"]),
+                     "all_reduce_channels": sorted(used["AllReduce"]),
+                     "disjoint": not used["AllToAll"] & used["AllReduce"],
+                     "overlap_seconds_per_iteration": both, "overlap_fraction": both / ev.seconds}
+    return out
+
+
+def findings(cost, kept: dict, quick: bool) -> dict:
+    print("findings ...", flush=True)
+    ar = allreduce_families(cost, AR_SIZES[::3] if quick else AR_SIZES)
+    a2a = alltoall_splines(cost, A2A_SIZES[::3] if quick else A2A_SIZES)
+    dlrm_a2a = {name: {problem.dag.nodes[node].name: {"block_bytes": problem.dag.nodes[node].comm.elements * 4,
+                                                      "option": problem.options[k][syn.choice[k]].name}
+                       for k, node in enumerate(problem.comm_nodes)
+                       if problem.dag.nodes[node].comm.kind is Kind.ALL_TO_ALL}
+                for name, (problem, syn) in kept.items() if name in DLRM}
+    return {"all_reduce": ar, "all_to_all": a2a, "dlrm_all_to_all_choices": dlrm_a2a,
+            "dlrm_channels": channel_findings(kept)}
+
+
+def speed(cost, quick: bool, seed: int) -> dict:
+    print("speed ...", flush=True)
+    window = 0.5 if quick else 2.0
+    problem = Problem(fsdp(32, layers=40), cost)
+    choice, rng = problem.greedy(), random.Random(seed)
+    count, began = 0, time.perf_counter()
+    while time.perf_counter() - began < window:
+        k = rng.randrange(len(choice))
+        choice[k] = rng.randrange(len(problem.options[k]))
+        problem.cost_of(choice)
+        count += 1
+    cost_rate = count / (time.perf_counter() - began)
+    graph, seconds, _, _ = problem.graph(choice, False)
+    runs, began = 0, time.perf_counter()
+    while time.perf_counter() - began < window:
+        graph.run(seconds)
+        runs += 1
+    run_rate = runs / (time.perf_counter() - began)
+    small = {"nodes": len(problem.dag.nodes), "comm_ops": len(problem.comm_nodes),
+             "tasks_greedy": problem.graph(problem.greedy(), False)[0].size, "tasks_last_random": graph.size,
+             "evaluations_per_second": cost_rate, "graph_run_per_second": run_rate, "window_seconds": window}
+
+    layers, budget = (34, 10.0) if quick else (167, 60.0)
+    began = time.perf_counter()
+    problem = Problem(fsdp(32, layers=layers), cost)
+    built = time.perf_counter() - began
+    start = problem.greedy()
+    found_at: list[tuple[int, float]] = []
+    began = time.perf_counter()
+    result = mcmc(problem, start, budget=budget, seed=seed,
+                  progress=lambda evaluations, _: found_at.append((evaluations, time.perf_counter() - began)))
+    large = {"nodes": len(problem.dag.nodes), "comm_ops": len(problem.comm_nodes),
+             "tasks_greedy": problem.graph(start, False)[0].size, "problem_seconds": built, "budget": budget,
+             "elapsed": result.elapsed, "stopped_by": result.stopped_by, "evaluations": result.evaluations,
+             "evaluations_per_second": result.evaluations / result.elapsed, "accepted": result.accepted,
+             "start_seconds": result.start_seconds, "best_seconds": result.seconds,
+             "improvements": len(result.improvements) - 1,
+             "final_best_evaluation": result.improvements[-1][0],
+             "final_best_at_seconds": found_at[-1][1] if found_at else 0.0,
+             "converged_within_10s": result.stopped_by == "no-improvement" and result.elapsed <= 10.0}
+    return {"dag_200": small, "dag_500": large}
+
+
+def plot(document: dict, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.2))
+    rows = document["systems"]
+    names = [s for s in SYSTEMS if s != "BS+"]
+    width = 0.8 / len(names)
+    for j, system in enumerate(names):
+        axes[0].bar([x + (j - len(names) / 2 + 0.5) * width for x in range(len(rows))],
+                    [r["systems"][system]["speedup_over_bs+"] for r in rows.values()], width, label=system)
+    axes[0].axhline(1.0, color="k", lw=0.8)
+    axes[0].axhline(1.2, color="r", ls=":", lw=0.8)
+    low = min(r["systems"][s]["speedup_over_bs+"] for r in rows.values() for s in names)
+    axes[0].set_ylim(min(0.9, low - 0.05), None)
+    axes[0].set_xticks(range(len(rows)), list(rows), rotation=20, fontsize=8)
+    axes[0].set_ylabel("speedup over BS+")
+    axes[0].set_title(f"iteration time, {TOPOLOGY}")
+    axes[0].legend(fontsize=7)
+    ar = document["findings"]["all_reduce"]
+    for family in ar[0]["isolated_seconds"]:
+        axes[1].loglog([r["bytes"] for r in ar], [r["isolated_seconds"][family] for r in ar], marker=".",
+                       label=family, ls="--" if family.startswith("p2") else "-")
+    axes[1].set_xlabel("all-reduce bytes (32 ranks)")
+    axes[1].set_ylabel("seconds alone (ch0, unsegmented)")
+    axes[1].set_title("all-reduce option families")
+    axes[1].legend(fontsize=7)
+    sp = document["speed"]
+    bars = {f"cost_of\n{sp['dag_200']['nodes']} nodes": sp["dag_200"]["evaluations_per_second"],
+            f"Graph.run\n{sp['dag_200']['nodes']} nodes": sp["dag_200"]["graph_run_per_second"],
+            f"MCMC\n{sp['dag_500']['comm_ops']} comm-ops": sp["dag_500"]["evaluations_per_second"]}
+    axes[2].bar(list(bars), list(bars.values()))
+    axes[2].axhline(2000, color="r", ls=":", lw=0.8, label="goal 2,000/s")
+    axes[2].set_ylabel("per second")
+    axes[2].set_title("search speed")
+    axes[2].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def report(document: dict) -> None:
+    print(f"\n{'workload':<18} {'Syn/BS+':>8} {'Syn/FIFO':>8} {'SExec/BS+':>9} {'SSched/BS+':>10} {'HO/BS+':>7}  goals")
+    for name, row in document["systems"].items():
+        s = row["systems"]
+        syn = s["Syndicate"]
+        if name in DLRM:
+            goal = (f">=1.2 vs BS+: {'yes' if syn['speedup_over_bs+'] >= 1.2 else 'NO'}, "
+                    f">=1.3 vs FIFO: {'yes' if syn['speedup_over_fifo'] >= 1.3 else 'NO'}")
+        elif name == "cnn-dp":
+            goal = f"within 3 % of BS+: {'yes' if syn['speedup_over_bs+'] >= 1 / 1.03 else 'NO'}"
+        else:
+            goal = "-"
+        print(f"{name:<18} {syn['speedup_over_bs+']:>8.3f} {syn['speedup_over_fifo']:>8.3f} "
+              f"{s['S-Exec']['speedup_over_bs+']:>9.3f} {s['S-Sched']['speedup_over_bs+']:>10.3f} "
+              f"{s['HO']['speedup_over_bs+']:>7.3f}  {goal}")
+    f = document["findings"]
+    print("\nall-reduce, 32 ranks, alone on ch0: fastest ring/tree family | fastest incl. P2")
+    for r in f["all_reduce"]:
+        times = "  ".join(f"{b} {s * 1e6:.0f}us" for b, s in r["isolated_seconds"].items())
+        print(f"  {label(r['bytes']):>8}: {r['fastest_own']:<6} | {r['fastest_with_p2']:<6}   ({times})")
+    print("all-to-all, 32 ranks, alone on ch0, per-destination block: fastest splining")
+    print("  " + ", ".join(f"{label(r['block_bytes'])}: {r['fastest']}" for r in f["all_to_all"]))
+    for name, ops in f["dlrm_all_to_all_choices"].items():
+        print(f"  Syndicate on {name}: " + ", ".join(f"{op} ({label(o['block_bytes'])}) {o['option']}"
+                                                   for op, o in ops.items()))
+    print("channels in Syndicate's DLRM plans (a2a | all-reduce), overlap on different channels per iteration")
+    for name, c in f["dlrm_channels"].items():
+        print(f"  {name}: a2a on {c['all_to_all_channels']} | AR on {c['all_reduce_channels']} "
+              f"-> {'disjoint' if c['disjoint'] else 'shared'}; overlap {c['overlap_seconds_per_iteration'] * 1e3:.2f} ms "
+              f"({c['overlap_fraction']:.0%} of the iteration)")
+    small, large = document["speed"]["dag_200"], document["speed"]["dag_500"]
+    print(f"\nspeed: {small['nodes']}-node DAG ({small['tasks_greedy']}-{small['tasks_last_random']} tasks unrolled): "
+          f"{small['evaluations_per_second']:.0f} evaluations/s (goal >= 2000), Graph.run alone "
+          f"{small['graph_run_per_second']:.0f}/s")
+    print(f"       {large['comm_ops']}-comm-op DAG ({large['nodes']} nodes): Problem {large['problem_seconds']:.2f} s, "
+          f"MCMC stopped by {large['stopped_by']} after {large['elapsed']:.1f} s, {large['evaluations']} evaluations "
+          f"({large['evaluations_per_second']:.0f}/s), final best at evaluation {large['final_best_evaluation']} "
+          f"({large['final_best_at_seconds']:.1f} s), {large['start_seconds'] * 1e3:.2f} -> "
+          f"{large['best_seconds'] * 1e3:.2f} ms; converged within 10 s: "
+          f"{'yes' if large['converged_within_10s'] else 'NO'}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--budget", type=float, default=None, help="MCMC seconds per system (default 5; 1 with --quick)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workloads", nargs="+", default=None, help="default: all built-in ones")
+    parser.add_argument("--quick", action="store_true", help="fewer sizes, smaller budgets: a smoke run")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    budget = args.budget if args.budget is not None else (1.0 if args.quick else 5.0)
+    names = args.workloads or workload_names()
+    unknown = [n for n in names if n not in workload_names()]
+    if not budget > 0 or unknown:
+        print(f"optimize: --budget must be > 0 and workloads one of {', '.join(workload_names())}"
+              f"{f' (unknown: {unknown[0]})' if unknown else ''}", file=sys.stderr)
+        return 2
+    began = time.perf_counter()
+    topology = load_topology(TOPOLOGY)
+    cost = MotifCostModel(topology)
+    rows, kept = systems(topology, cost, names, budget, args.seed)
+    document = {"benchmark": "optimize", "topology": TOPOLOGY, "budget": budget, "seed": args.seed,
+                "quick": args.quick,
+                "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+                "systems": rows, "findings": findings(cost, kept, args.quick), "speed": speed(cost, args.quick, args.seed)}
+    document["wall_seconds"] = time.perf_counter() - began
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "optimize.json").write_text(json.dumps(document, indent=1) + "\n")
+    plot(document, args.out / "optimize.png")
+    report(document)
+    print(f"wall time {document['wall_seconds']:.0f} s; wrote {args.out / 'optimize.json'} and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""``p2 optimize``: Syndicate's joint optimizer against the baselines of §6.4."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from optimizer_service.catalog import load_topology
+from optimizer_service.cli.optimize_render import document, gantt, table
+from optimizer_service.cli.params import replace_file, write_json
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.evaluation import Problem
+from optimizer_service.joint_plan import joint_plan
+from optimizer_service.motif_cost import MotifCostModel
+from optimizer_service.settings import Settings
+from optimizer_service.systems import SYSTEMS, run_systems
+from optimizer_service.trace_dag import dag_from_traces, trace_iteration_seconds
+from optimizer_service.workloads import build, workload_names
+
+DEFAULT_TOPOLOGY = "hgx2-4n"
+
+
+@click.command()
+@click.option("--workload", metavar="NAME", help="A built-in workload (see --list).")
+@click.option("--trace", "traces", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              metavar="FILE", help="An enforcer trace (P2_TRACE_FILE); repeat for several ranks.")
+@click.option("--iteration", type=int, help="Which traced iteration to plan (default: the last complete one).")
+@click.option("--topology", "topology_name", default=DEFAULT_TOPOLOGY, show_default=True,
+              help="Preset name or YAML file; its channels are the paths a motif can take.")
+@click.option("--budget", type=click.FloatRange(min=0.01), default=10.0, show_default=True,
+              help="Seconds of MCMC search for each searching system (S-Exec, Syndicate).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search (same seed, same plan).")
+@click.option("--json", "json_out", metavar="OUT", help="Write results as JSON to OUT ('-' for stdout).")
+@click.option("--plan", "plan_out", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT",
+              help="Write Syndicate's plan for the enforcer (P2_PLAN_FILE) to OUT.")
+@click.option("--gantt", "gantt_out", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.png",
+              help="Draw every system's two iterations (compute and each channel) to OUT.png.")
+@click.option("--list", "list_only", is_flag=True, help="Describe the built-in workloads and exit.")
+@click.pass_obj
+def optimize(settings: Settings, workload: str | None, traces: tuple[Path, ...], iteration: int | None,
+             topology_name: str, budget: float, seed: int, json_out: str | None, plan_out: Path | None,
+             gantt_out: Path | None, list_only: bool) -> None:
+    """Jointly choose every comm-op's execution plan and the order of all motifs
+    (Syndicate, NSDI'23), and compare with FIFO, BS+, HO, S-Exec and S-Sched."""
+    topology = load_topology(topology_name)
+    if list_only:
+        for name in workload_names():
+            click.echo(f"{name:<18} {build(name, topology).description}")
+        return
+    if (workload is None) == (not traces):
+        raise InvalidInputError("give one of --workload NAME or --trace FILE (p2 optimize --list shows the workloads)")
+    measured = None
+    if workload is not None:
+        dag = build(workload, topology)
+    else:
+        loaded = [_read_trace(path) for path in traces]
+        dag = dag_from_traces(loaded, iteration, name=traces[0].stem)
+        measured = trace_iteration_seconds(loaded, iteration)
+        highest = max((r for n in dag.nodes if n.is_comm for r in n.comm.ranks), default=0)
+        if highest >= topology.device_count:
+            raise InvalidInputError(f"the trace uses rank {highest} but topology {topology.name!r} has "
+                                    f"{topology.device_count} devices; pass a --topology with at least {highest + 1}")
+    quiet = json_out == "-"
+
+    def say(text: str) -> None:
+        if not quiet:
+            click.echo(text, err=True)
+
+    say(f"{dag.name}: pricing the options of {len(dag.comm_ops)} comm-ops on {topology.name} ...")
+    problem = Problem(dag, MotifCostModel(topology))
+    say(f"  {sum(len(o) for o in problem.options)} options; running {', '.join(SYSTEMS)} "
+        f"(search budget {budget:g} s each, seed {seed})")
+    results = run_systems(problem, budget=budget, seed=seed, progress=lambda name: say(f"  {name} ..."))
+    plan = joint_plan(problem, results[-1])
+    if not quiet:
+        click.echo(table(problem, results))
+        if measured is not None:
+            click.echo(f"measured iteration in the trace: {measured * 1e3:.3f} ms")
+    if json_out is not None:
+        data = document(problem, results, plan, topology.name, seed, budget)
+        if measured is not None:
+            data["measured_iteration_seconds"] = measured
+        write_json(data, json_out)
+    if plan_out is not None:
+        replace_file(plan_out, plan.to_json())
+        say(f"plan ({len(plan.ops)} ops) -> {plan_out}")
+    if gantt_out is not None:
+        gantt(problem, results, gantt_out)
+        say(f"gantt chart -> {gantt_out}")
+
+
+def _read_trace(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInputError(f"trace file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidInputError(f"trace file {path} cannot be read: {error.__class__.__name__}") from None
+    except json.JSONDecodeError as error:
+        raise InvalidInputError(f"trace file {path} is not JSON: {error.msg} at line {error.lineno}") from None

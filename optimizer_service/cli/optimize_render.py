@@ -1,0 +1,104 @@
+"""What ``p2 optimize`` prints and writes: the comparison table, the JSON
+document, and a Gantt chart of each system's iteration (Syndicate Figure 15)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from optimizer_service.evaluation import Problem
+from optimizer_service.plan_file import Plan
+from optimizer_service.scheduler import COMPUTE
+from optimizer_service.systems import SystemResult
+
+
+def baseline(results: list[SystemResult]) -> float:
+    reference = next((r for r in results if r.name == "BS+"), results[0])
+    return reference.seconds
+
+
+def table(problem: Problem, results: list[SystemResult]) -> str:
+    reference = baseline(results)
+    lines = [f"{'system':<10} {'iteration':>11} {'vs BS+':>7} {'compute idle':>13}  search"]
+    for r in results:
+        search = ""
+        if r.search is not None:
+            s = r.search
+            search = f"{s.evaluations} evaluations in {s.elapsed:.1f} s, {s.accepted} accepted ({s.stopped_by})"
+        lines.append(f"{r.name:<10} {r.seconds * 1e3:>8.3f} ms {reference / r.seconds:>6.2f}x "
+                     f"{r.evaluation.compute_idle_fraction * 100:>12.1f}%  {search}")
+    return "\n".join(lines)
+
+
+def chosen_options(problem: Problem, result: SystemResult) -> list[dict]:
+    return [{"op": problem.dag.nodes[node].name, "option": problem.options[slot][result.choice[slot]].name}
+            for slot, node in enumerate(problem.comm_nodes)]
+
+
+def document(problem: Problem, results: list[SystemResult], plan: Plan, topology_name: str, seed: int,
+             budget: float) -> dict:
+    reference = baseline(results)
+    chosen = results[-1]
+    search = chosen.search
+    return {
+        "workload": problem.dag.name,
+        "description": problem.dag.description,
+        "topology": topology_name,
+        "iterations_unrolled": problem.iterations,
+        "seed": seed,
+        "budget_seconds": budget,
+        "systems": [{"name": r.name, "iteration_seconds": r.seconds,
+                     "compute_idle_fraction": r.evaluation.compute_idle_fraction,
+                     "speedup_over_bs_plus": reference / r.seconds, "policy": str(r.policy),
+                     "framework_order": r.framework_order, "options": chosen_options(problem, r)}
+                    for r in results],
+        "search": {"evaluations": search.evaluations if search else 0,
+                   "seconds": search.elapsed if search else 0.0,
+                   "accepted": search.accepted if search else 0,
+                   "stopped_by": search.stopped_by if search else None,
+                   "start_iteration_seconds": search.start_seconds if search else None},
+        "plan": plan_to_dict(plan),
+    }
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    return json.loads(plan.to_json())
+
+
+def gantt(problem: Problem, results: list[SystemResult], path: Path) -> None:
+    """One panel per system: the compute stream and every channel over time."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    channels = sorted({c for r in results for c in r.evaluation.channel if c != COMPUTE})
+    rows = ["compute"] + [f"ch{c}" for c in channels]
+    names = sorted({problem.dag.nodes[i].name for i in range(len(problem.dag.nodes))})
+    palette = plt.get_cmap("tab20")
+    colour = {name: palette(k % 20) for k, name in enumerate(names)}
+    per_iteration = len(problem.dag.nodes)
+    horizon = max(r.evaluation.makespan for r in results)
+    fig, axes = plt.subplots(len(results), 1, figsize=(13, 1.0 + 0.55 * len(rows) * len(results)), sharex=True,
+                             squeeze=False)
+    for ax, r in zip(axes[:, 0], results):
+        e = r.evaluation
+        for task, node in enumerate(e.task_node):
+            if e.end[task] <= e.start[task]:
+                continue
+            row = 0 if e.channel[task] == COMPUTE else 1 + channels.index(e.channel[task])
+            name = problem.dag.nodes[node % per_iteration].name
+            iteration = node // per_iteration
+            ax.barh(row, (e.end[task] - e.start[task]) * 1e3, left=e.start[task] * 1e3, height=0.8,
+                    color=colour[name], edgecolor="black" if iteration else "white", linewidth=0.3)
+        ax.set_yticks(range(len(rows)), rows)
+        ax.invert_yaxis()
+        ax.set_xlim(0, horizon * 1e3)
+        ax.set_title(f"{r.name}: {r.seconds * 1e3:.2f} ms per iteration, compute idle "
+                     f"{e.compute_idle_fraction * 100:.1f}%", fontsize=9, loc="left")
+    axes[-1, 0].set_xlabel("ms (two iterations; the second outlined in black)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour[n]) for n in names]
+    fig.legend(handles, names, loc="upper right", fontsize=7, ncol=max(1, len(names) // 12 + 1))
+    fig.suptitle(f"{problem.dag.name} on {problem.cost.topology.name}", fontsize=10, x=0.01, ha="left")
+    fig.tight_layout(rect=(0, 0, 0.86, 0.97))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

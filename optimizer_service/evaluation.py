@@ -1,0 +1,209 @@
+"""Pricing a joint plan: a training DAG, one execution-plan option per comm-op,
+a scheduling policy → iteration time (the cost the MCMC search minimises,
+Syndicate Pseudocode 1 line 6).
+
+:class:`Problem` does the expensive part once: it enumerates every comm-op's
+options (:mod:`optimizer_service.options`), prices their motifs on the
+topology (:mod:`optimizer_service.motif_cost`) and lowers each to a
+:class:`Template` — its tasks, their channels, the dependencies inside the op
+(``Seq`` parts in order, ``Par`` parts independent), and its time alone. A
+``Par`` of motifs of one kind on one channel over disjoint ranks is one task
+priced as one step (the blocks of a tree, the groups of a P² step), since
+they run as one collective phase; parallel motifs on the same ranks (the
+segments of an op) are separate tasks that share their channel.
+
+:meth:`Problem.evaluate` then only concatenates templates over the DAG
+unrolled across ``iterations`` (each iteration uses the same option for the
+same op: one plan is installed for every iteration) and runs the scheduler.
+``framework_order`` keeps the training loop's program-order edges
+(``issued_after``); Syndicate's own scheduler drops them (cross-iteration
+moves, :mod:`optimizer_service.dag`).
+
+The reported **iteration time** is the unrolled makespan divided by the
+number of iterations. The first iteration's ops cannot be moved before it
+starts, so a plan that prefetches gains only from the second on: the figure
+is conservative for Syndicate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from optimizer_service.dag import TrainingDAG
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.motif_cost import MotifCostModel
+from optimizer_service.motifs import Motif, Par, Plan, Seq
+from optimizer_service.options import Option, options_for, p2_programs
+from optimizer_service.scheduler import COMPUTE, Graph, Policy
+
+
+@dataclass(frozen=True)
+class Template:
+    """One option of one comm-op lowered to scheduler tasks (local indices)."""
+
+    seconds: tuple[float, ...]
+    channel: tuple[int, ...]
+    after: tuple[tuple[int, ...], ...]
+    entries: tuple[int, ...]                 # tasks with no predecessor inside the op
+    exits: tuple[int, ...]                   # tasks nothing inside the op waits for
+    motifs: tuple[tuple[Motif, ...], ...]    # the motifs each task runs
+    isolated: float                          # the op's time when it runs alone
+
+
+def lower(plan: Plan, price: Callable[[tuple[Motif, ...]], float]) -> Template:
+    seconds: list[float] = []
+    channel: list[int] = []
+    after: list[tuple[int, ...]] = []
+    groups: list[tuple[Motif, ...]] = []
+
+    def add(group: tuple[Motif, ...], before: tuple[int, ...]) -> list[int]:
+        seconds.append(price(group))
+        channel.append(group[0].channel)
+        after.append(before)
+        groups.append(group)
+        return [len(seconds) - 1]
+
+    def walk(part: Plan, before: tuple[int, ...]) -> list[int]:
+        if isinstance(part, Motif):
+            return add((part,), before)
+        if isinstance(part, Seq):
+            ends = list(before)
+            for sub in part.parts:
+                ends = walk(sub, tuple(ends))
+            return ends
+        assert isinstance(part, Par)
+        if _one_phase(part):
+            return add(tuple(part.parts), before)
+        return [t for sub in part.parts for t in walk(sub, before)]
+
+    exits = walk(plan, ())
+    waited = {b for bs in after for b in bs}
+    entries = tuple(i for i, bs in enumerate(after) if not bs)
+    graph = Graph(channel, after, list(range(len(seconds))))
+    start, end, _ = graph.run(seconds)
+    return Template(tuple(seconds), tuple(channel), tuple(after), entries,
+                    tuple(i for i in exits if i not in waited) or tuple(exits), tuple(groups), max(end, default=0.0))
+
+
+def _one_phase(par: Par) -> bool:
+    parts = par.parts
+    if len(parts) < 2 or not all(isinstance(p, Motif) for p in parts):
+        return False
+    first = parts[0]
+    seen: set[int] = set()
+    for m in parts:
+        if m.kind is not first.kind or m.channel != first.channel or seen.intersection(m.ranks):
+            return False
+        seen.update(m.ranks)
+    return True
+
+
+@dataclass
+class Evaluation:
+    seconds: float                 # iteration time (makespan / iterations)
+    makespan: float
+    compute_idle_fraction: float
+    start: list[float]
+    end: list[float]
+    order: list[int]
+    task_node: list[int]           # unrolled node index of every task
+    task_motifs: list[tuple[Motif, ...]]
+    channel: list[int]
+    graph: Graph
+
+
+class Problem:
+    """A DAG, its options, and everything needed to price a choice of options."""
+
+    def __init__(self, dag: TrainingDAG, cost: MotifCostModel, channels: Sequence[int] | None = None,
+                 iterations: int = 2, with_programs: bool = True) -> None:
+        self.dag = dag
+        self.cost = cost
+        self.iterations = iterations
+        self.unrolled = dag.unroll(iterations)
+        self.comm_nodes = [i for i, node in enumerate(dag.nodes) if node.is_comm]
+        self.options: list[list[Option]] = []
+        self.templates: list[list[Template]] = []
+        built: dict[tuple, tuple[list[Option], list[Template]]] = {}
+        for i in self.comm_nodes:
+            op = dag.nodes[i].comm
+            key = (op, tuple(channels) if channels is not None else None)
+            if key not in built:
+                programs = p2_programs(op, cost.topology) if with_programs else []
+                options = options_for(op, cost.topology, channels, programs)
+                built[key] = (options, [lower(o.plan, cost.step_seconds) for o in options])
+            self.options.append(built[key][0])
+            self.templates.append(built[key][1])
+        self.slot = {node: k for k, node in enumerate(self.comm_nodes)}
+        per_iteration = len(dag.nodes)
+        self._base = [k % per_iteration for k in range(len(self.unrolled.nodes))]
+        self._data_after = [[self.unrolled.index[b] for b in node.after] for node in self.unrolled.nodes]
+        self._issue_after = [[self.unrolled.index[b] for b in node.issued_after] for node in self.unrolled.nodes]
+        self.compute_seconds = sum(n.seconds for n in self.unrolled.nodes if not n.is_comm)
+        if not self.comm_nodes:
+            raise InvalidInputError(f"workload {dag.name!r} has no comm-ops to plan")
+
+    # ------------------------------------------------------------------ choices
+    def greedy(self, allowed: Callable[[Option], bool] = lambda o: True) -> list[int]:
+        """Per op, the allowed option that is fastest alone (ties: the earlier one)."""
+        choice = []
+        for options, templates in zip(self.options, self.templates):
+            best = min((t.isolated, k) for k, (o, t) in enumerate(zip(options, templates)) if allowed(o))
+            choice.append(best[1])
+        return choice
+
+    def default(self) -> list[int]:
+        return [0] * len(self.comm_nodes)
+
+    # --------------------------------------------------------------- evaluation
+    def graph(self, choice: Sequence[int], framework_order: bool) -> tuple[Graph, list[float], list[int],
+                                                                             list[tuple[Motif, ...]]]:
+        seconds: list[float] = []
+        channel: list[int] = []
+        after: list[list[int]] = []
+        program: list[int] = []
+        task_node: list[int] = []
+        task_motifs: list[tuple[Motif, ...]] = []
+        tails: dict[int, list[int]] = {}
+        nodes = self.unrolled.nodes
+        for index in self.unrolled.order:
+            node = nodes[index]
+            before = [t for b in self._data_after[index] for t in tails[b]]
+            if framework_order:
+                before += [t for b in self._issue_after[index] for t in tails[b]]
+            if not node.is_comm:
+                tails[index] = [len(seconds)]
+                seconds.append(node.seconds)
+                channel.append(COMPUTE)
+                after.append(before)
+                program.append(index)
+                task_node.append(index)
+                task_motifs.append(())
+                continue
+            template = self.templates[self.slot[self._base[index]]][choice[self.slot[self._base[index]]]]
+            offset = len(seconds)
+            seconds.extend(template.seconds)
+            channel.extend(template.channel)
+            for local, inner in enumerate(template.after):
+                after.append([offset + b for b in inner] if inner else before)
+            program.extend([index] * len(template.seconds))
+            task_node.extend([index] * len(template.seconds))
+            task_motifs.extend(template.motifs)
+            tails[index] = [offset + e for e in template.exits]
+        return Graph(channel, after, program, ordered=True), seconds, task_node, task_motifs
+
+    def evaluate(self, choice: Sequence[int], policy: Policy = Policy.CRITICAL_PATH,
+                 framework_order: bool = False) -> Evaluation:
+        graph, seconds, task_node, task_motifs = self.graph(choice, framework_order)
+        start, end, order = graph.run(seconds, 1, policy)
+        makespan = max(end, default=0.0)
+        idle = 1.0 - self.compute_seconds / makespan if makespan > 0 else 0.0
+        return Evaluation(makespan / self.iterations, makespan, idle, start, end, order, task_node, task_motifs,
+                          graph.channel, graph)
+
+    def cost_of(self, choice: Sequence[int], policy: Policy = Policy.CRITICAL_PATH,
+                framework_order: bool = False) -> float:
+        graph, seconds, _, _ = self.graph(choice, framework_order)
+        _, end, _ = graph.run(seconds, 1, policy)
+        return max(end, default=0.0) / self.iterations

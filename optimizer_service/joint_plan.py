@@ -1,0 +1,77 @@
+"""The joint optimizer's result as the plan the enforcer installs (§4.3's
+"optimizer plan": the execution plan and the scheduling order).
+
+The search schedules two unrolled iterations; the plan describes one
+iteration, taken from the second (the steady state, where ops moved across
+the boundary already sit where they will always run). For every comm-op of
+that iteration whose kind a plan can carry (:data:`optimizer_service.plan_file.KINDS`)
+it gives
+
+* the key: the op's position among its group's ops in the iteration, its
+  kind, its buffer's bytes (4-byte elements, the buffer model of
+  :mod:`optimizer_service.plan_file`), its group;
+* the motifs of the chosen option, ranks as group positions;
+* each motif's sequence number: the schedule's numbers renumbered densely
+  within the iteration, so motifs that start together share one.
+
+Ops of a workload stand for every group that runs them at once (a
+tensor-parallel all-reduce of group 0 stands for every node's): the plan
+names the representative group, and other groups' ops pass through.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from optimizer_service.evaluation import Problem
+from optimizer_service.motifs import Kind, Motif, motifs_of, rewrite
+from optimizer_service.plan_file import OpKey, OpPlan, Plan
+from optimizer_service.systems import SystemResult
+
+ELEMENT_BYTES = 4
+_PLAN_KIND = {Kind.ALL_REDUCE: "all_reduce", Kind.ALL_GATHER: "all_gather", Kind.REDUCE_SCATTER: "reduce_scatter",
+              Kind.ALL_TO_ALL: "all_to_all", Kind.BROADCAST: "broadcast"}
+
+
+def buffer_bytes(op: Motif) -> int:
+    if op.kind is Kind.ALL_TO_ALL:
+        return op.elements * len(op.ranks) * ELEMENT_BYTES
+    return op.elements * ELEMENT_BYTES if op.kind in (Kind.ALL_GATHER, Kind.REDUCE_SCATTER) \
+        else (op.ranges[0][1] - op.ranges[0][0]) * ELEMENT_BYTES
+
+
+def joint_plan(problem: Problem, result: SystemResult, version: int = 1) -> Plan:
+    evaluation = result.evaluation
+    last = problem.iterations - 1
+    per_iteration = len(problem.dag.nodes)
+    numbers = evaluation.graph.sequence(evaluation.start, evaluation.order)
+    mine = {i: n for i, n in numbers.items() if evaluation.task_node[i] // per_iteration == last}
+    dense = {n: k for k, n in enumerate(sorted(set(mine.values())))}
+    tasks_of: dict[int, list[int]] = {}
+    for i in sorted(mine):
+        tasks_of.setdefault(evaluation.task_node[i], []).append(i)
+    group_seq: dict[tuple[int, ...], int] = {}
+    ops = []
+    for slot, node_index in enumerate(problem.comm_nodes):
+        op = problem.dag.nodes[node_index].comm
+        seq = group_seq.get(op.ranks, 0)
+        group_seq[op.ranks] = seq + 1
+        kind = _PLAN_KIND.get(op.kind)
+        if kind is None:
+            continue
+        option = problem.options[slot][result.choice[slot]]
+        position = {rank: k for k, rank in enumerate(op.ranks)}
+        local = rewrite(option.plan, lambda m: _positions(m, position))
+        number_of: dict[Motif, int] = {}
+        for task in tasks_of.get(last * per_iteration + node_index, []):
+            for motif in evaluation.task_motifs[task]:
+                number_of[_positions(motif, position)] = dense[mine[task]]
+        order = [number_of[m] for m in motifs_of(local)]
+        ops.append(OpPlan.of(OpKey(seq, kind, buffer_bytes(op), op.ranks), local, order=order))
+    channels = {c: None for c in problem.cost.topology.channels}
+    return Plan(version=version, world_size=problem.cost.topology.device_count, channels=channels, ops=tuple(ops),
+                topology=problem.cost.topology.name, predicted_iteration_seconds=evaluation.seconds)
+
+
+def _positions(motif: Motif, position: dict[int, int]) -> Motif:
+    return replace(motif, ranks=tuple(position[r] for r in motif.ranks))

@@ -1,0 +1,81 @@
+"""``p2 optimize`` end to end, through the real entry point."""
+
+import json
+
+import pytest
+
+from optimizer_service.plan_file import Plan
+from tests.cli.test_synth_cli import p2
+from tests.optimizer_service.test_trace_dag import op, trace
+
+SYSTEM_NAMES = ["FIFO", "BS+", "HO", "S-Exec", "S-Sched", "Syndicate"]
+
+
+def test_help_and_list():
+    assert p2("optimize", "--help").returncode == 0
+    listed = p2("optimize", "--list")
+    assert listed.returncode == 0
+    names = [line.split()[0] for line in listed.stdout.splitlines()]
+    assert names == ["dlrm-a1", "dlrm-a2", "dlrm-a3", "fsdp", "transformer-dp-tp", "cnn-dp"]
+
+
+def test_a_workload_gives_the_table_the_json_the_plan_and_the_gantt(tmp_path):
+    out, plan, png = tmp_path / "o.json", tmp_path / "plan.json", tmp_path / "g.png"
+    result = p2("optimize", "--workload", "dlrm-a1", "--budget", "2", "--seed", "4", "--json", str(out),
+                "--plan", str(plan), "--gantt", str(png))
+    assert result.returncode == 0, result.stderr
+    rows = [line.split()[0] for line in result.stdout.splitlines()[1:]]
+    assert rows == SYSTEM_NAMES
+    data = json.loads(out.read_text())
+    assert data["workload"] == "dlrm-a1" and data["topology"] == "hgx2-4n"
+    assert [s["name"] for s in data["systems"]] == SYSTEM_NAMES
+    for system in data["systems"]:
+        assert system["iteration_seconds"] > 0 and 0 <= system["compute_idle_fraction"] < 1
+    assert data["search"]["evaluations"] > 0 and data["search"]["accepted"] > 0 and data["search"]["seconds"] > 0
+    installed = Plan.parse(plan.read_text())
+    assert json.loads(installed.to_json()) == data["plan"]
+    assert {o.key.kind for o in installed.ops} == {"all_reduce", "all_to_all"}
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_same_seed_gives_the_same_plan():
+    first = p2("optimize", "--workload", "cnn-dp", "--budget", "30", "--json", "-")
+    second = p2("optimize", "--workload", "cnn-dp", "--budget", "30", "--json", "-")
+    assert first.returncode == 0 and json.loads(first.stdout)["plan"] == json.loads(second.stdout)["plan"]
+
+
+def test_a_recorded_trace_is_optimized(tmp_path):
+    group = list(range(8))
+    iteration = lambda t: [op("all_to_all_single", 8 * 4096, t + 0.001, t + 0.003, group),
+                           op("all_reduce", 4 * 10**6, t + 0.004, t + 0.009, group)]
+    for rank in (0, 1):
+        path = tmp_path / f"trace.rank{rank}.json"
+        path.write_text(json.dumps(trace(iteration(0.0), iteration(0.01), iteration(0.02), rank=rank,
+                                         world_size=8)))
+    result = p2("optimize", "--trace", str(tmp_path / "trace.rank0.json"), "--trace",
+                str(tmp_path / "trace.rank1.json"), "--budget", "2", "--json", str(tmp_path / "o.json"))
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "o.json").read_text())
+    assert data["measured_iteration_seconds"] == pytest.approx(0.01)
+    assert len(data["plan"]["ops"]) == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "give one of --workload NAME or --trace FILE"),
+    (["--workload", "bert"], "unknown workload 'bert'"),
+    (["--workload", "fsdp", "--topology", "nowhere"], "unknown topology 'nowhere'"),
+    (["--trace", "missing.json"], "trace file missing.json does not exist"),
+    (["--workload", "fsdp", "--budget", "0"], "--budget"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
+    result = p2("optimize", *args)
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_trace_larger_than_the_topology_is_refused(tmp_path):
+    path = tmp_path / "t.json"
+    big = lambda t: [op("all_reduce", 400, t, t + 0.001, list(range(64)))]
+    path.write_text(json.dumps(trace(big(0.0), big(0.01), big(0.02), world_size=64)))
+    result = p2("optimize", "--trace", str(path))
+    assert result.returncode == 2 and "at least 64" in result.stderr

@@ -1,0 +1,149 @@
+"""The joint optimizer end to end in simulation: templates, policies, MCMC search, baselines, the plan."""
+
+import itertools
+
+import pytest
+
+from optimizer_service.catalog import load_topology
+from optimizer_service.dag import TrainingDAG, comm, compute
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.evaluation import Problem, lower
+from optimizer_service.joint_plan import joint_plan
+from optimizer_service.motif_cost import MotifCostModel
+from optimizer_service.motifs import Kind, Motif, Par, Seq, comm_op, spline_tree
+from optimizer_service.plan_file import Plan
+from optimizer_service.scheduler import COMPUTE, Policy, Task, schedule
+from optimizer_service.search import mcmc
+from optimizer_service.systems import SYSTEMS, run_systems
+from optimizer_service.workloads import build, workload_names
+
+TOPOLOGY = load_topology("hgx2-4n")
+COST = MotifCostModel(TOPOLOGY)
+
+
+def figure6() -> TrainingDAG:
+    """Syndicate Figure 6 in miniature: an all-to-all and an all-reduce that both
+    wait for the same compute, and a step that needs both."""
+    return TrainingDAG("figure6", (
+        compute("bwd", 0.001),
+        comm("a2a", Kind.ALL_TO_ALL, range(32), 4096, "bwd"),
+        comm("ar", Kind.ALL_REDUCE, range(32), 8_000_000, "bwd"),
+        compute("step", 0.001, "a2a", "ar"),
+    ))
+
+
+def test_a_tree_phase_is_one_task_priced_as_one_step():
+    op = comm_op(Kind.ALL_REDUCE, range(32), 1000)
+    template = lower(spline_tree(op, 8), COST.step_seconds)
+    # ∥ Reduce in every node, Reduce then Broadcast over the four roots, ∥ Broadcast in every node
+    assert [len(m) for m in template.motifs] == [4, 1, 1, 4]
+    assert template.after == ((), (0,), (1,), (2,)) and template.entries == (0,) and template.exits == (3,)
+    assert template.isolated == pytest.approx(sum(template.seconds))
+
+
+def test_segments_on_one_channel_share_it_and_on_two_run_together():
+    a = Motif(Kind.ALL_REDUCE, (0, 1), ((0, 50),))
+    b = Motif(Kind.ALL_REDUCE, (0, 1), ((50, 100),))
+    same = lower(Par((a, b)), lambda group: 1.0)
+    assert same.isolated == 2.0 and same.after == ((), ())
+    apart = lower(Par((a, Motif(Kind.ALL_REDUCE, (0, 1), ((50, 100),), channel=1))), lambda group: 1.0)
+    assert apart.isolated == 1.0
+    chain = lower(Seq((a, b)), lambda group: 1.0)
+    assert chain.after == ((), (0,)) and chain.isolated == 2.0
+
+
+def test_fifo_issues_motifs_strictly_in_program_order_and_lifo_takes_the_latest():
+    tasks = [Task("c", 1.0), Task("m0", 2.0, 0, (0,), program=1), Task("m1", 1.0, 1, (), program=2),
+             Task("m2", 1.0, 0, (), program=3)]
+    fifo = schedule(tasks, policy=Policy.FIFO)
+    assert fifo.start[1] == 1.0 and fifo.start[2] == 1.0 and fifo.start[3] == 3.0   # m1 waits for m0 to start
+    lifo = schedule(tasks, policy=Policy.LIFO)
+    assert lifo.start[3] == 0.0 and lifo.start[2] == 0.0 and lifo.start[1] == 1.0
+
+
+def test_program_order_edges_bind_the_framework_but_not_syndicate():
+    dag = build("dlrm-a1", TOPOLOGY)
+    problem = Problem(dag, COST)
+    choice = problem.greedy()
+    kept = problem.evaluate(choice, Policy.CRITICAL_PATH, framework_order=True)
+    dropped = problem.evaluate(choice, Policy.CRITICAL_PATH, framework_order=False)
+    prep = problem.unrolled.index["a2a-data-prep@1"]
+    emb = problem.unrolled.index["bwd-emb@0"]
+    start = lambda e, node: min(e.start[t] for t, n in enumerate(e.task_node) if n == node)
+    end = lambda e, node: max(e.end[t] for t, n in enumerate(e.task_node) if n == node)
+    assert start(kept, prep) >= end(kept, emb)             # submitted after the iteration's last backward
+    assert start(dropped, prep) < end(dropped, emb)        # prefetched into the previous iteration
+    assert dropped.seconds <= kept.seconds
+
+
+def test_the_joint_plan_beats_the_greedy_one_by_using_the_other_channel():
+    problem = Problem(figure6(), COST)
+    greedy = problem.greedy()
+    names = lambda choice: [problem.options[s][k].name for s, k in enumerate(choice)]
+    assert names(greedy)[0].endswith("@ch0")              # alone, the all-to-all is fastest on channel 0
+    found = mcmc(problem, greedy, budget=30, seed=3)
+    assert found.seconds < found.start_seconds * 0.9
+    a2a, ar = (problem.options[s][k] for s, k in enumerate(found.choice))
+    assert a2a.channel != ar.channel or "split" in a2a.channel + ar.channel
+    exhaustive = min(problem.cost_of(c) for c in itertools.product(*[range(len(o)) for o in problem.options]))
+    assert found.seconds == pytest.approx(exhaustive, rel=0.02)
+
+
+def test_search_never_worsens_its_start_and_is_deterministic_per_seed():
+    problem = Problem(build("dlrm-a2", TOPOLOGY), COST)
+    start = problem.default()
+    first = mcmc(problem, start, budget=60, seed=7, min_evaluations=300)
+    again = mcmc(problem, start, budget=60, seed=7, min_evaluations=300)
+    other = mcmc(problem, start, budget=60, seed=8, min_evaluations=300)
+    assert first.seconds <= problem.cost_of(start) == first.start_seconds
+    assert (first.choice, first.evaluations, first.accepted) == (again.choice, again.evaluations, again.accepted)
+    assert first.stopped_by == "no-improvement"
+    assert (other.choice, other.evaluations) != (first.choice, first.evaluations)
+    assert problem.cost_of(first.choice) == pytest.approx(first.seconds)
+
+
+def test_search_respects_its_budget_and_evaluation_bound():
+    problem = Problem(build("dlrm-a1", TOPOLOGY), COST)
+    ticks = itertools.count()
+    timed = mcmc(problem, problem.greedy(), budget=50, seed=1, clock=lambda: next(ticks) * 1.0)
+    assert timed.stopped_by == "budget" and timed.evaluations <= 50
+    bounded = mcmc(problem, problem.greedy(), budget=60, seed=1, max_evaluations=25, min_evaluations=10**9)
+    assert bounded.stopped_by == "evaluations" and bounded.evaluations == 25
+    with pytest.raises(InvalidInputError, match="budget"):
+        mcmc(problem, problem.greedy(), budget=0)
+
+
+@pytest.mark.parametrize("name", workload_names())
+def test_every_workload_runs_every_system_and_yields_an_installable_plan(name):
+    problem = Problem(build(name, TOPOLOGY), COST)
+    results = run_systems(problem, budget=2, seed=0, min_evaluations=200)
+    assert [r.name for r in results] == list(SYSTEMS)
+    seconds = {r.name: r.seconds for r in results}
+    assert seconds["Syndicate"] <= problem.cost_of(problem.greedy()) + 1e-12
+    for r in results:
+        assert 0 <= r.evaluation.compute_idle_fraction < 1
+        tasks = r.evaluation
+        for i, before in enumerate(tasks.graph.successors):
+            for s in before:
+                assert tasks.start[s] >= tasks.end[i] - 1e-12
+    plan = joint_plan(problem, results[-1])
+    back = Plan.parse(plan.to_json())
+    assert back == plan and back.world_size == 32 and back.topology == "hgx2-4n"
+    for op in back.ops:
+        p = len(op.key.group)
+        op.validate(op.key.nbytes // 4 // (p if op.key.kind in ("all_gather", "reduce_scatter") else 1))
+    motif_tasks = [i for i, c in enumerate(results[-1].evaluation.channel) if c != COMPUTE]
+    assert motif_tasks
+
+
+def test_the_serial_cnn_leaves_nothing_to_gain():
+    problem = Problem(build("cnn-dp", TOPOLOGY), COST)
+    seconds = {r.name: r.seconds for r in run_systems(problem, budget=2, seed=0, min_evaluations=300)}
+    assert seconds["Syndicate"] == pytest.approx(seconds["BS+"], rel=0.03)
+
+
+def test_unknown_workloads_and_channels_are_one_line_errors():
+    with pytest.raises(InvalidInputError, match="unknown workload 'bert'.*--list"):
+        build("bert", TOPOLOGY)
+    with pytest.raises(InvalidInputError, match="no channel 5"):
+        COST.seconds(Motif(Kind.ALL_REDUCE, (0, 1), ((0, 8),), channel=5))
