@@ -82,17 +82,18 @@ def systems(topology, cost, names: list[str], budget: float, seed: int) -> tuple
     return rows, kept
 
 
-def one_op(kind: Kind, elements: int, cost) -> Problem:
-    dag = TrainingDAG(f"{kind}", (compute("c", 1e-6), comm("op", kind, range(32), elements, "c")))
-    return Problem(dag, cost)
+def alone_on_channel_zero(kind: Kind, nbytes: int, cost) -> dict[str, float]:
+    """Each unsegmented channel-0 option family's time for one 32-rank op alone."""
+    dag = TrainingDAG(f"{kind}", (compute("c", 1e-6), comm("op", kind, range(32), nbytes // 4, "c")))
+    problem = Problem(dag, cost)
+    return {o.base: t.isolated for o, t in zip(problem.options[0], problem.templates[0])
+            if o.segments == 1 and o.channel == "ch0"}
 
 
 def allreduce_families(cost, sizes: list[int]) -> list[dict]:
     rows = []
     for nbytes in sizes:
-        problem = one_op(Kind.ALL_REDUCE, nbytes // 4, cost)
-        alone = {o.base: t.isolated for o, t in zip(problem.options[0], problem.templates[0])
-                 if o.segments == 1 and o.channel == "ch0"}
+        alone = alone_on_channel_zero(Kind.ALL_REDUCE, nbytes, cost)
         own = {b: s for b, s in alone.items() if b.startswith(("ring", "tree"))}
         best_own, best_all = min(own, key=own.get), min(alone, key=alone.get)
         rows.append({"bytes": nbytes, "isolated_seconds": alone, "fastest_own": best_own,
@@ -104,9 +105,7 @@ def allreduce_families(cost, sizes: list[int]) -> list[dict]:
 def alltoall_splines(cost, sizes: list[int]) -> list[dict]:
     rows = []
     for nbytes in sizes:
-        problem = one_op(Kind.ALL_TO_ALL, nbytes // 4, cost)
-        alone = {o.base: t.isolated for o, t in zip(problem.options[0], problem.templates[0])
-                 if o.segments == 1 and o.channel == "ch0"}
+        alone = alone_on_channel_zero(Kind.ALL_TO_ALL, nbytes, cost)
         rows.append({"block_bytes": nbytes, "isolated_seconds": alone, "fastest": min(alone, key=alone.get)})
     return rows
 

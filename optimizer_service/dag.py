@@ -122,25 +122,51 @@ def to_tasks(dag: TrainingDAG, plans: Mapping[str, Plan], seconds: Callable[[Mot
             tails[node.name] = owned[node.name] = [len(tasks) - 1]
             continue
         start = len(tasks)
-        ends = _lower(plans.get(node.name, node.comm), before, tasks, node.name, seconds)
+
+        def add(group: tuple[Motif, ...], after: tuple[int, ...], name: str = node.name) -> int:
+            motif, = group
+            tasks.append(Task(f"{name}:{motif}", seconds(motif), motif.channel, after))
+            return len(tasks) - 1
+
+        ends = lower_plan(plans.get(node.name, node.comm), before, add)
         tails[node.name] = ends or list(before)
         owned[node.name] = list(range(start, len(tasks)))
     return tasks, owned
 
 
-def _lower(plan: Plan, before: tuple[int, ...], tasks: list[Task], name: str,
-           seconds: Callable[[Motif], float]) -> list[int]:
-    """Append ``plan``'s motifs after ``before``; return the tasks that end it."""
+def lower_plan(plan: Plan, before: tuple[int, ...], add: Callable[[tuple[Motif, ...], tuple[int, ...]], int],
+               merge_phases: bool = False) -> list[int]:
+    """Walk ``plan``'s structure after the tasks ``before``: ``Seq`` parts in
+    order, ``Par`` parts independently; ``add(motifs, after)`` appends one task
+    and returns its index. Returns the tasks that end the plan. With
+    ``merge_phases`` a ``Par`` of motifs of one kind on one channel over
+    disjoint ranks is one task (:func:`one_phase`)."""
     if isinstance(plan, Motif):
-        tasks.append(Task(f"{name}:{plan}", seconds(plan), plan.channel, before))
-        return [len(tasks) - 1]
+        return [add((plan,), before)]
     if isinstance(plan, Seq):
         ends = list(before)
         for part in plan.parts:
-            ends = _lower(part, tuple(ends), tasks, name, seconds)
+            ends = lower_plan(part, tuple(ends), add, merge_phases)
         return ends
     assert isinstance(plan, Par)
-    return [t for part in plan.parts for t in _lower(part, before, tasks, name, seconds)]
+    if merge_phases and one_phase(plan):
+        return [add(plan.parts, before)]
+    return [t for part in plan.parts for t in lower_plan(part, before, add, merge_phases)]
+
+
+def one_phase(par: Par) -> bool:
+    """Whether ``par`` is motifs of one kind on one channel over pairwise disjoint
+    ranks — one collective phase (a tree's blocks, the groups of a P² step)."""
+    parts = par.parts
+    if len(parts) < 2 or not all(isinstance(p, Motif) for p in parts):
+        return False
+    first = parts[0]
+    seen: set[int] = set()
+    for m in parts:
+        if m.kind is not first.kind or m.channel != first.channel or seen.intersection(m.ranks):
+            return False
+        seen.update(m.ranks)
+    return True
 
 
 def _topological(dag: TrainingDAG) -> list[int]:

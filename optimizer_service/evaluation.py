@@ -30,10 +30,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from optimizer_service.dag import TrainingDAG
+from optimizer_service.dag import TrainingDAG, lower_plan
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.motif_cost import MotifCostModel
-from optimizer_service.motifs import Motif, Par, Plan, Seq
+from optimizer_service.motifs import Motif, Plan
 from optimizer_service.options import Option, options_for, p2_programs
 from optimizer_service.scheduler import COMPUTE, Graph, Policy
 
@@ -45,10 +45,14 @@ class Template:
     seconds: tuple[float, ...]
     channel: tuple[int, ...]
     after: tuple[tuple[int, ...], ...]
-    entries: tuple[int, ...]                 # tasks with no predecessor inside the op
     exits: tuple[int, ...]                   # tasks nothing inside the op waits for
     motifs: tuple[tuple[Motif, ...], ...]    # the motifs each task runs
     isolated: float                          # the op's time when it runs alone
+
+    @property
+    def entries(self) -> tuple[int, ...]:
+        """Tasks with no predecessor inside the op (they wait for the op's predecessors)."""
+        return tuple(i for i, before in enumerate(self.after) if not before)
 
 
 def lower(plan: Plan, price: Callable[[tuple[Motif, ...]], float]) -> Template:
@@ -57,46 +61,16 @@ def lower(plan: Plan, price: Callable[[tuple[Motif, ...]], float]) -> Template:
     after: list[tuple[int, ...]] = []
     groups: list[tuple[Motif, ...]] = []
 
-    def add(group: tuple[Motif, ...], before: tuple[int, ...]) -> list[int]:
+    def add(group: tuple[Motif, ...], before: tuple[int, ...]) -> int:
         seconds.append(price(group))
         channel.append(group[0].channel)
         after.append(before)
         groups.append(group)
-        return [len(seconds) - 1]
+        return len(seconds) - 1
 
-    def walk(part: Plan, before: tuple[int, ...]) -> list[int]:
-        if isinstance(part, Motif):
-            return add((part,), before)
-        if isinstance(part, Seq):
-            ends = list(before)
-            for sub in part.parts:
-                ends = walk(sub, tuple(ends))
-            return ends
-        assert isinstance(part, Par)
-        if _one_phase(part):
-            return add(tuple(part.parts), before)
-        return [t for sub in part.parts for t in walk(sub, before)]
-
-    exits = walk(plan, ())
-    waited = {b for bs in after for b in bs}
-    entries = tuple(i for i, bs in enumerate(after) if not bs)
-    graph = Graph(channel, after, list(range(len(seconds))))
-    start, end, _ = graph.run(seconds)
-    return Template(tuple(seconds), tuple(channel), tuple(after), entries,
-                    tuple(i for i in exits if i not in waited) or tuple(exits), tuple(groups), max(end, default=0.0))
-
-
-def _one_phase(par: Par) -> bool:
-    parts = par.parts
-    if len(parts) < 2 or not all(isinstance(p, Motif) for p in parts):
-        return False
-    first = parts[0]
-    seen: set[int] = set()
-    for m in parts:
-        if m.kind is not first.kind or m.channel != first.channel or seen.intersection(m.ranks):
-            return False
-        seen.update(m.ranks)
-    return True
+    exits = lower_plan(plan, (), add, merge_phases=True)
+    _, end, _ = Graph(channel, after, list(range(len(seconds))), ordered=True).run(seconds)
+    return Template(tuple(seconds), tuple(channel), tuple(after), tuple(exits), tuple(groups), max(end, default=0.0))
 
 
 @dataclass

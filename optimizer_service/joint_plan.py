@@ -24,20 +24,19 @@ from __future__ import annotations
 from dataclasses import replace
 
 from optimizer_service.evaluation import Problem
+from optimizer_service.motif_cost import ELEMENT_BYTES
 from optimizer_service.motifs import Kind, Motif, motifs_of, rewrite
 from optimizer_service.plan_file import OpKey, OpPlan, Plan
 from optimizer_service.systems import SystemResult
 
-ELEMENT_BYTES = 4
 _PLAN_KIND = {Kind.ALL_REDUCE: "all_reduce", Kind.ALL_GATHER: "all_gather", Kind.REDUCE_SCATTER: "reduce_scatter",
               Kind.ALL_TO_ALL: "all_to_all", Kind.BROADCAST: "broadcast"}
 
 
 def buffer_bytes(op: Motif) -> int:
-    if op.kind is Kind.ALL_TO_ALL:
-        return op.elements * len(op.ranks) * ELEMENT_BYTES
-    return op.elements * ELEMENT_BYTES if op.kind in (Kind.ALL_GATHER, Kind.REDUCE_SCATTER) \
-        else (op.ranges[0][1] - op.ranges[0][0]) * ELEMENT_BYTES
+    """The op's buffer: its elements (every member's part for gathers and
+    reduce-scatters), and for an all-to-all one block per member."""
+    return op.elements * (len(op.ranks) if op.kind is Kind.ALL_TO_ALL else 1) * ELEMENT_BYTES
 
 
 def joint_plan(problem: Problem, result: SystemResult, version: int = 1) -> Plan:

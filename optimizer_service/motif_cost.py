@@ -34,6 +34,9 @@ from optimizer_service.errors import InvalidInputError
 from optimizer_service.motifs import Kind, Motif
 from optimizer_service.topology import Topology
 
+#: Bytes per element of every payload the optimizer plans (fp32).
+ELEMENT_BYTES = 4
+
 #: Per-motif launch overhead when nothing better is known (a small NCCL kernel
 #: launch plus a progress-thread hand-off is tens of microseconds).
 DEFAULT_DISPATCH_SECONDS = 20e-6
@@ -46,7 +49,7 @@ _COLLECTIVE = {Kind.ALL_REDUCE: Collective.ALL_REDUCE, Kind.REDUCE_SCATTER: Coll
 @dataclass
 class MotifCostModel:
     topology: Topology
-    element_bytes: int = 4
+    element_bytes: int = ELEMENT_BYTES
     dispatch_seconds: float = DEFAULT_DISPATCH_SECONDS
     _models: dict[int, CostModel] = field(default_factory=dict, repr=False)
 

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from optimizer_service import motifs
+from optimizer_service.motif_cost import ELEMENT_BYTES
 from optimizer_service.motifs import Kind, Motif, Par, Plan
 from optimizer_service.topology import Topology
 
@@ -76,11 +77,11 @@ def options_for(op: Motif, topology: Topology, channels: Sequence[int] | None = 
     channels = tuple(topology.channels if channels is None else channels)
     bases = _bases(op, topology, programs)
     out: list[Option] = []
+    longest = max((b - a for a, b in op.ranges), default=0)
     for k in SEGMENTS:
-        longest = max((b - a for a, b in op.ranges), default=0)
         if k > 1 and longest < k:
             continue
-        pieces = _pieces(op, k)
+        pieces = [op] if k == 1 else motifs.motifs_of(motifs.segment(op, -(-longest // k)))
         for base, build in bases:
             if base.startswith("p2-") and k > 1:
                 continue                         # P² programs come whole (their layout is per op)
@@ -96,14 +97,6 @@ def options_for(op: Motif, topology: Topology, channels: Sequence[int] | None = 
                 striped = [motifs.on_channel(b, channels[s % len(channels)]) for s, b in enumerate(built)]
                 out.append(Option(f"{label}@striped", _par(striped)))
     return out
-
-
-def _pieces(op: Motif, k: int) -> list[Motif]:
-    if k == 1:
-        return [op]
-    longest = max((b - a for a, b in op.ranges), default=0)
-    split = motifs.segment(op, -(-longest // k))
-    return motifs.motifs_of(split)
 
 
 def _bases(op: Motif, topology: Topology, programs: Sequence[Plan]) -> list[tuple[str, object]]:
@@ -147,7 +140,7 @@ def p2_programs(op: Motif, topology: Topology, count: int = P2_PROGRAMS) -> list
     from optimizer_service.planner import synthesize_placements
     from optimizer_service.program_motifs import program_motifs
     (lo, hi), = op.ranges
-    report = synthesize_placements(topology, [topology.device_count], [0], nbytes=max(1, hi - lo) * 4)
+    report = synthesize_placements(topology, [topology.device_count], [0], nbytes=max(1, hi - lo) * ELEMENT_BYTES)
     plans = []
     for placement in report.placements:
         for ranked in placement.programs[:count]:

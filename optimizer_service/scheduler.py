@@ -192,8 +192,9 @@ class Graph:
         slot_of = {c: k + 1 for k, c in enumerate(self.channels)}
         resource = [0 if c == COMPUTE else slot_of[c] for c in channel]
         count = len(self.channels) + 1
-        pending: list[list] = [[] for _ in range(count)]     # (release, key, index): predecessors done
-        ready: list[list] = [[] for _ in range(count)]       # (key, index): released by the resource's time
+        # A task's priority on its resource: compute FIFO (release, index), a channel by ``key``.
+        pending: list[list] = [[] for _ in range(count)]     # (release, priority, index): predecessors done
+        ready: list[list] = [[] for _ in range(count)]       # (priority, index): released by the resource's time
         free = [[0.0] * (1 if r == 0 else capacity) for r in range(count)]
         fifo = policy is Policy.FIFO
         fifo_order, head, last_issue = (self.fifo if fifo else []), 0, 0.0
@@ -204,7 +205,13 @@ class Graph:
             if fifo and resource[i]:
                 known[i] = True
             else:
-                push(pending[resource[i]], (release[i], i if resource[i] == 0 else key[i], i))
+                push(pending[resource[i]], (release[i], key[i] if resource[i] else (release[i], i), i))
+
+        def drain(r: int, until: float) -> None:
+            waiting_queue, queue = pending[r], ready[r]
+            while waiting_queue and waiting_queue[0][0] <= until:
+                _, priority, i = pop(waiting_queue)
+                push(queue, (priority, i))
 
         for i in range(n):
             if waiting[i] == 0:
@@ -214,18 +221,14 @@ class Graph:
             for r in range(count):
                 if fifo and r:
                     continue
-                queue, slots = ready[r], free[r]
-                now = min(slots)
+                now = min(free[r])
                 if now < clock:
                     now = clock
-                waiting_queue = pending[r]
-                while waiting_queue and waiting_queue[0][0] <= now:
-                    _, k, i = pop(waiting_queue)
-                    push(queue, ((release[i], i) if r == 0 else k, i))
-                if queue:
+                drain(r, now)
+                if ready[r]:
                     t = now
-                elif waiting_queue:
-                    t = waiting_queue[0][0]
+                elif pending[r]:
+                    t = pending[r][0][0]
                 else:
                     continue
                 if best_time is None or t < best_time:
@@ -246,13 +249,8 @@ class Graph:
                 slots = free[resource[i]]
             else:
                 r = best_resource
-                queue = ready[r]
-                if not queue:
-                    waiting_queue = pending[r]
-                    while waiting_queue and waiting_queue[0][0] <= best_time:
-                        _, k, i = pop(waiting_queue)
-                        push(queue, ((release[i], i) if r == 0 else k, i))
-                i = pop(queue)[1]
+                drain(r, best_time)            # it may start a task released only now
+                i = pop(ready[r])[1]
                 slots = free[r]
             clock = best_time
             finish = best_time + seconds[i]

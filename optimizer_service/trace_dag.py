@@ -47,10 +47,10 @@ from collections.abc import Callable, Mapping, Sequence
 
 from optimizer_service.dag import Node, TrainingDAG, comm, compute
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.motif_cost import ELEMENT_BYTES
 from optimizer_service.motifs import Kind
 
 TRACE_FORMAT = "p2enforcer-trace"
-ELEMENT_BYTES = 4  # the cost model's element size
 COMM_KINDS = {"all_reduce": Kind.ALL_REDUCE, "broadcast": Kind.BROADCAST, "reduce": Kind.REDUCE,
               "all_gather": Kind.ALL_GATHER, "all_gather_into_tensor": Kind.ALL_GATHER,
               "reduce_scatter": Kind.REDUCE_SCATTER, "reduce_scatter_tensor": Kind.REDUCE_SCATTER,

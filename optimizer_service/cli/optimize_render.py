@@ -73,7 +73,7 @@ def gantt(problem: Problem, results: list[SystemResult], path: Path) -> None:
 
     channels = sorted({c for r in results for c in r.evaluation.channel if c != COMPUTE})
     rows = ["compute"] + [f"ch{c}" for c in channels]
-    names = sorted({problem.dag.nodes[i].name for i in range(len(problem.dag.nodes))})
+    names = sorted(node.name for node in problem.dag.nodes)
     palette = plt.get_cmap("tab20")
     colour = {name: palette(k % 20) for k, name in enumerate(names)}
     per_iteration = len(problem.dag.nodes)
