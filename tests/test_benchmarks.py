@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from benchmarks import optimize as optimize_bench
 from benchmarks import reduce as reduce_bench
 from benchmarks import synthesis as bench
 from deploy.emulated import can_manage_namespaces
@@ -44,3 +45,13 @@ def test_reduce_benchmark_runs_end_to_end(tmp_path, monkeypatch):
     assert row["axes"] == [4] and row["best_speedup_crossing"] > 0
     assert data["summary"]["accuracy"]["candidates"] == 3  # flat + 2 programs
     assert (tmp_path / "reduce.png").stat().st_size > 10_000
+
+
+def test_optimize_benchmark_runs_end_to_end(tmp_path):
+    assert optimize_bench.main(["--quick", "--workloads", "dlrm-a1", "cnn-dp", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "optimize.json").read_text())
+    assert set(data["systems"]) == {"dlrm-a1", "cnn-dp"}
+    for workload in data["systems"].values():
+        assert list(workload["systems"]) == ["FIFO", "BS+", "HO", "S-Exec", "S-Sched", "Syndicate"]
+    assert set(data["findings"]) >= {"all_reduce", "all_to_all"} and set(data["speed"]) == {"dag_200", "dag_500"}
+    assert (tmp_path / "optimize.png").stat().st_size > 10_000
