@@ -19,6 +19,12 @@ same op: one plan is installed for every iteration) and runs the scheduler.
 (``issued_after``); Syndicate's own scheduler drops them (cross-iteration
 moves, :mod:`optimizer_service.dag`).
 
+:meth:`Problem.cost_of` — the search's inner loop — runs in C++ when the
+extension ``optimizer_service._schedule_cpp`` is built
+(:mod:`optimizer_service.compiled_schedule`, bit-identical results), else as
+:meth:`Problem.python_cost_of`; ``P2_PURE_PYTHON=1`` forces the Python path.
+:meth:`Problem.evaluate` (every task's start and end) is always Python.
+
 The reported **iteration time** is the unrolled makespan divided by the
 number of iterations. The first iteration's ops cannot be moved before it
 starts, so a plan that prefetches gains only from the second on: the figure
@@ -30,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from optimizer_service import compiled_schedule
 from optimizer_service.dag import TrainingDAG, lower_plan
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.motif_cost import MotifCostModel
@@ -117,6 +124,7 @@ class Problem:
         self.compute_seconds = sum(n.seconds for n in self.unrolled.nodes if not n.is_comm)
         if not self.comm_nodes:
             raise InvalidInputError(f"workload {dag.name!r} has no comm-ops to plan")
+        self.compiled = compiled_schedule.CompiledProblem(self) if compiled_schedule.native is not None else None
 
     # ------------------------------------------------------------------ choices
     def greedy(self, allowed: Callable[[Option], bool] = lambda o: True) -> list[int]:
@@ -178,6 +186,14 @@ class Problem:
 
     def cost_of(self, choice: Sequence[int], policy: Policy = Policy.CRITICAL_PATH,
                 framework_order: bool = False) -> float:
+        """Iteration time of ``choice``: in C++ when compiled, else :meth:`python_cost_of` (same float)."""
+        if self.compiled is not None:
+            return self.compiled.cost(choice, policy, framework_order)
+        return self.python_cost_of(choice, policy, framework_order)
+
+    def python_cost_of(self, choice: Sequence[int], policy: Policy = Policy.CRITICAL_PATH,
+                       framework_order: bool = False) -> float:
+        """Iteration time of ``choice``: the unrolled makespan over the iterations."""
         graph, seconds, _, _ = self.graph(choice, framework_order)
         _, end, _ = graph.run(seconds, 1, policy)
         return max(end, default=0.0) / self.iterations

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Create .venv/ and install everything the project needs. Idempotent: a second
-# run with unchanged pyproject.toml and this script does nothing.
+# run with unchanged pyproject.toml, setup.py, C++ sources (cpp_ext/) and this
+# script does nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python=${P2_PYTHON:-python3}
 stamp=.venv/.p2-setup
 log=.venv/setup.log
-want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/setup.sh setup.py cpp_ext/*.hpp cpp_ext/*.cpp | sha256sum | cut -d' ' -f1)
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/p2 ]; then
     exit 0

@@ -1,0 +1,122 @@
+"""The C++ twin of optSched and of Problem.cost_of (cpp_ext/, optimizer_service.compiled_schedule):
+built in this checkout, and bit-identical to the Python scheduler."""
+
+import functools
+import importlib
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from optimizer_service import compiled_schedule
+from optimizer_service.catalog import load_topology
+from optimizer_service.dag import TrainingDAG, comm, compute
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.evaluation import Problem
+from optimizer_service.motif_cost import MotifCostModel
+from optimizer_service.motifs import Kind
+from optimizer_service.scheduler import COMPUTE, Graph, Policy
+from optimizer_service.workloads import build, workload_names
+
+PURE = os.environ.get("P2_PURE_PYTHON") == "1"
+native = pytest.mark.skipif(compiled_schedule.native is None,
+                            reason="the compiled scheduler is off: P2_PURE_PYTHON=1, or not built "
+                            "(test_the_extension_is_built fails then)")
+
+
+@functools.cache
+def cost_model() -> MotifCostModel:
+    return MotifCostModel(load_topology("hgx2-4n"))      # the preset p2 optimize uses
+
+
+@functools.cache
+def workload_problem(name: str) -> Problem:
+    return Problem(build(name, cost_model().topology), cost_model())
+
+
+def outcome(price, *args):
+    """A cost, or the message of the InvalidInputError it raises."""
+    try:
+        return price(*args)
+    except InvalidInputError as error:
+        return f"InvalidInputError: {error}"
+
+
+@pytest.mark.skipif(PURE, reason="P2_PURE_PYTHON=1 asks for the Python scheduler")
+def test_the_extension_is_built():
+    # scripts/setup.sh builds it (pip install -e); missing here means the build failed.
+    importlib.import_module("optimizer_service._schedule_cpp")
+    assert compiled_schedule.native is not None
+    assert workload_problem("cnn-dp").compiled is not None
+
+
+def test_p2_pure_python_turns_it_off():
+    code = "from optimizer_service import compiled_schedule as c; print(c.native is None)"
+    env = dict(os.environ, P2_PURE_PYTHON="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
+@native
+@pytest.mark.parametrize("name", workload_names())
+def test_every_workload_costs_exactly_the_same(name):
+    problem = workload_problem(name)
+    rng = random.Random(name)
+    choices = [problem.greedy(), problem.default()]
+    choices += [[rng.randrange(len(options)) for options in problem.options] for _ in range(18)]
+    for choice in choices:
+        for policy in Policy:
+            for framework_order in (False, True):
+                python = problem.python_cost_of(choice, policy, framework_order)
+                assert problem.cost_of(choice, policy, framework_order) == python, (choice, policy, framework_order)
+
+
+@native
+def test_fifo_deadlock_and_bad_choices_fail_alike():
+    # x is submitted first but waits for y: FIFO cannot issue either
+    dag = TrainingDAG("stuck", (comm("x", Kind.ALL_REDUCE, range(8), 1024, "y"),
+                                comm("y", Kind.ALL_REDUCE, range(8), 1024), compute("step", 0.001, "x")))
+    problem = Problem(dag, cost_model())
+    choice = problem.greedy()
+    python = outcome(problem.python_cost_of, choice, Policy.FIFO)
+    assert python.startswith("InvalidInputError: no task can start")
+    assert outcome(problem.cost_of, choice, Policy.FIFO) == python
+    assert problem.cost_of(choice, Policy.LIFO) == problem.python_cost_of(choice, Policy.LIFO)
+    last = [-1] * len(choice)                              # Python indexing: the last option
+    assert problem.cost_of(last) == problem.python_cost_of(last)
+    for bad in ([len(problem.options[0])] + choice[1:], choice[:-1]):
+        with pytest.raises(IndexError):
+            problem.python_cost_of(bad)
+        with pytest.raises(IndexError):
+            problem.cost_of(bad)
+    graph, seconds, _, _ = problem.graph(choice, False)
+    python = outcome(graph.run, seconds, 0)
+    assert python == "InvalidInputError: channel capacity 0 must be at least 1"
+    assert outcome(compiled_schedule.run, graph, seconds, 0) == python
+
+
+@st.composite
+def task_graphs(draw):
+    """A random task DAG with ties everywhere: few durations, shared program indices, repeated edges."""
+    count = draw(st.integers(1, 30))
+    channel, after, program = [], [], []
+    for index in range(count):
+        channel.append(draw(st.sampled_from([COMPUTE, 0, 1, 4])))
+        after.append(draw(st.lists(st.integers(0, index - 1), max_size=4)) if index else [])
+        program.append(draw(st.integers(0, count // 2)))
+    seconds = draw(st.lists(st.sampled_from([0.0, 0.1, 0.2, 0.3, 1.0, 2.5]), min_size=count, max_size=count))
+    return channel, after, program, seconds
+
+
+@native
+@settings(max_examples=150, deadline=None)
+@given(graph=task_graphs(), capacity=st.integers(1, 3), policy=st.sampled_from(list(Policy)),
+       ordered=st.booleans())
+def test_random_graphs_schedule_exactly_the_same(graph, capacity, policy, ordered):
+    channel, after, program, seconds = graph
+    g = Graph(channel, after, program, ordered=ordered)    # ordered keeps repeated edges, else sorts
+    assert outcome(compiled_schedule.run, g, seconds, capacity, policy) == outcome(g.run, seconds, capacity, policy)
