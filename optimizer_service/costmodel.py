@@ -35,6 +35,15 @@ flow ``u → v`` is limited by its most loaded crossing:
 
     t(u → v) = max over links ℓ crossed of max(E(ℓ_u), I(ℓ_v)) / bandwidth(ℓ)
 
+**Incast.** A link with ``incast`` κ > 0 (:class:`Link`) serves the flows
+coming into an instance more slowly when more of them converge there than it
+has devices behind it: with ``k`` incoming flows, its incoming bandwidth is
+``bandwidth / (1 + κ·max(0, k − shared_by))``. Rings, trees and P² steps put
+at most one incoming flow per device on a link; a whole all-to-all puts one per
+sender, which is the incast Syndicate's splining reduces (§6.6, "the effects
+of incast are significant as we increase the message sizes and more splining
+helps reduce incast").
+
 **Time.** Group ``g`` takes ``T_g = R·α_g + max over flows of t(flow)`` where
 ``α_g`` is the largest path latency (sum of the latencies of the links a flow
 crosses) among its flows. A step takes ``max_g T_g``; a program is the sum of
@@ -170,7 +179,7 @@ class CostModel:
             for j, links in enumerate(crossed):
                 serves[j] = link in links
             self._links.append((serves, link.shared_by, link.bandwidth,
-                                topology.device_count // link.shared_by))
+                                topology.device_count // link.shared_by, link.incast))
 
     def _pattern(self, collective: Collective, group: np.ndarray) -> FlowPattern:
         if self.algorithm is Algorithm.RING:
@@ -202,7 +211,7 @@ class CostModel:
             return 0.0
         level = self.first_differing_level(src, dst)
         flow_time = np.zeros(src.shape)
-        for serves, shared_by, bandwidth, instances in self._links:
+        for serves, shared_by, bandwidth, instances, incast in self._links:
             crosses = serves[level]
             if not crosses.any():
                 continue
@@ -210,6 +219,9 @@ class CostModel:
             in_instance = dst // shared_by
             out_load = np.bincount(out_instance[crosses], weights=volume[crosses], minlength=instances)
             in_load = np.bincount(in_instance[crosses], weights=volume[crosses], minlength=instances)
+            if incast:
+                flows_in = np.bincount(in_instance[crosses], minlength=instances)
+                in_load = in_load * (1.0 + incast * np.maximum(flows_in - shared_by, 0))
             busy = np.maximum(out_load[out_instance], in_load[in_instance]) / bandwidth
             flow_time = np.maximum(flow_time, np.where(crosses, busy, 0.0))
         latency = self._path_latency[level].max(axis=1) * rounds

@@ -7,11 +7,11 @@ order binds (``framework_order``, :mod:`optimizer_service.dag`):
 =========  ===============================================  ============  ===============
 system     options                                          order         program order
 =========  ===============================================  ============  ===============
-FIFO       greedy, channel 0 (today's stack)                FIFO          kept
-BS+        greedy, channel 0, oracle segment size           LIFO          kept
+FIFO       greedy, channel 0, unsplined (today's stack)     FIFO          kept
+BS+        as FIFO, oracle segment size                     LIFO          kept
 HO         greedy, channel 0                                critical path kept
 S-Exec     MCMC over all options and channels               FIFO          kept
-S-Sched    greedy, channel 0, oracle segment size           critical path dropped
+S-Sched    as FIFO, oracle segment size                     critical path dropped
 Syndicate  MCMC over all options and channels               critical path dropped
 =========  ===============================================  ============  ===============
 
@@ -19,7 +19,13 @@ Readings where §6.4 leaves room:
 
 * "greedy" is each op's fastest option when it runs alone; on channel 0 only
   for the systems built on today's stack, which runs one comm-op at a time
-  over one set of communicators.
+  over one set of communicators ("interfaces therein only permit
+  one-at-a-time execution of comm-ops with greedy execution plan").
+* Today's stack picks among an all-reduce's algorithms (NCCL's ring and tree
+  are "available out-of-the-box") but runs an all-to-all whole: splining is
+  Syndicate's. FIFO, BS+ and S-Sched get the whole all-to-all (§6.5: S-Sched
+  is "handicapped" with the default all-to-all plan); HO adds "greedy
+  execution planning for a2a", so its all-to-alls may be splined.
 * ByteScheduler tunes one partition size for the whole job; BS+'s "oracle
   that optimally segments tensors" is therefore the best of the uniform
   segment counts :data:`optimizer_service.options.SEGMENTS` applied to every
@@ -62,6 +68,11 @@ def channel_zero(option: Option) -> bool:
     return option.channel == "ch0"
 
 
+def library_default(option: Option) -> bool:
+    """What today's stack can run: channel 0, and no splined pattern."""
+    return channel_zero(option) and not option.base.startswith("spline") and option.base != "halves"
+
+
 def segment_oracle(problem: Problem, greedy: list[int], policy: Policy, framework_order: bool) -> list[int]:
     """The uniform segment count (applied to every op's greedy option, channel 0)
     that gives the shortest iteration."""
@@ -83,6 +94,7 @@ def segment_oracle(problem: Problem, greedy: list[int], policy: Policy, framewor
 def run_systems(problem: Problem, budget: float = 10.0, seed: int = 0, names=SYSTEMS,
                 progress: Callable[[str], None] | None = None, **search) -> list[SystemResult]:
     """Every system of ``names`` on ``problem`` (module docstring), in that order."""
+    greedy_stack = problem.greedy(library_default)
     greedy_zero = problem.greedy(channel_zero)
     greedy_all = problem.greedy()
     results = []
@@ -91,15 +103,15 @@ def run_systems(problem: Problem, budget: float = 10.0, seed: int = 0, names=SYS
             progress(name)
         found = None
         if name == "FIFO":
-            choice, policy, keep = greedy_zero, Policy.FIFO, True
+            choice, policy, keep = greedy_stack, Policy.FIFO, True
         elif name == "BS+":
             policy, keep = Policy.LIFO, True
-            choice = segment_oracle(problem, greedy_zero, policy, keep)
+            choice = segment_oracle(problem, greedy_stack, policy, keep)
         elif name == "HO":
             choice, policy, keep = greedy_zero, Policy.CRITICAL_PATH, True
         elif name == "S-Sched":
             policy, keep = Policy.CRITICAL_PATH, False
-            choice = segment_oracle(problem, greedy_zero, policy, keep)
+            choice = segment_oracle(problem, greedy_stack, policy, keep)
         elif name in ("S-Exec", "Syndicate"):
             policy, keep = (Policy.FIFO, True) if name == "S-Exec" else (Policy.CRITICAL_PATH, False)
             found = mcmc(problem, greedy_all, policy=policy, framework_order=keep, budget=budget, seed=seed,

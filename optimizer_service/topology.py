@@ -21,6 +21,13 @@ A :class:`Link` says which traffic it carries and how fast:
   channel ``c > 0`` is an alternative path, e.g. a node's second NIC: traffic
   sent on channel ``c`` uses it instead of the channel-0 links of the levels it
   serves (:meth:`Topology.links_at`). P² programs run on channel 0.
+* ``incast`` — 0 (the default) or the slowdown per concurrent incoming flow
+  beyond ``shared_by`` (one flow per device behind the instance): its incoming
+  bandwidth is divided by ``1 + incast × (flows − shared_by)``, as a switch
+  port that many senders converge on drops or pauses traffic
+  (:mod:`optimizer_service.costmodel`, "Incast"). Rings and trees stay within
+  that fan-in; a whole all-to-all does not, which is why Syndicate splines it
+  (§6.6).
 
 Topologies are values: built from a dict or YAML text (``from_yaml``), written
 back by ``to_yaml`` (round-trip), and validated on construction with messages
@@ -73,11 +80,13 @@ class Link:
     latency: float
     shared_by: int = 1
     channel: int = 0
+    incast: float = 0.0
 
     def __str__(self) -> str:
         text = (f"{self.name}@{','.join(self.levels)} {format_rate(self.bandwidth)} "
                 f"{format_seconds(self.latency)} shared_by={self.shared_by}")
-        return text + (f" channel={self.channel}" if self.channel else "")
+        text += f" channel={self.channel}" if self.channel else ""
+        return text + (f" incast={self.incast:g}" if self.incast else "")
 
 
 @dataclass(frozen=True)
@@ -146,7 +155,8 @@ class Topology:
             lines.append(f"    {link.name:<10} joins at {','.join(link.levels):<12} "
                          f"{format_rate(link.bandwidth):>10} per direction, latency "
                          f"{format_seconds(link.latency):>6}, shared by {link.shared_by} "
-                         f"device(s) ({instances} instance(s))")
+                         f"device(s) ({instances} instance(s))"
+                         + (f", incast {link.incast:g} per extra flow" if link.incast else ""))
         return "\n".join(lines)
 
     # ------------------------------------------------------------ text form
@@ -163,6 +173,7 @@ class Topology:
                 "latency": format_seconds(link.latency),
                 "shared_by": link.shared_by,
                 **({"channel": link.channel} if link.channel else {}),
+                **({"incast": link.incast} if link.incast else {}),
             }
             for link in self.links
         ]
@@ -229,7 +240,7 @@ def _link_from(item: Any, index: int, source: str) -> Link:
     where = f"{source}: links[{index}]"
     if not isinstance(item, dict):
         raise InvalidInputError(f"{where} must be a mapping")
-    allowed = {"name", "level", "levels", "bandwidth", "latency", "shared_by", "channel"}
+    allowed = {"name", "level", "levels", "bandwidth", "latency", "shared_by", "channel", "incast"}
     _check_keys(item, allowed, {"name", "bandwidth", "latency"}, where)
     if ("level" in item) == ("levels" in item):
         raise InvalidInputError(f"{where}: give exactly one of 'level' (a name) or 'levels' (a list)")
@@ -242,13 +253,16 @@ def _link_from(item: Any, index: int, source: str) -> Link:
     channel = item.get("channel", 0)
     if isinstance(channel, bool) or not isinstance(channel, int):
         raise InvalidInputError(f"{where}: channel {channel!r} must be a whole number")
+    incast = item.get("incast", 0.0)
+    if isinstance(incast, bool) or not isinstance(incast, (int, float)):
+        raise InvalidInputError(f"{where}: incast {incast!r} must be a number (the slowdown per incoming flow beyond shared_by)")
     try:
         bandwidth = parse_rate(item["bandwidth"])
         latency = parse_seconds(item["latency"])
     except InvalidInputError as exc:
         raise InvalidInputError(f"{where} ({item['name']}): {exc}") from None
     return Link(name=str(item["name"]), levels=tuple(str(x) for x in levels),
-                bandwidth=bandwidth, latency=latency, shared_by=shared_by, channel=channel)
+                bandwidth=bandwidth, latency=latency, shared_by=shared_by, channel=channel, incast=float(incast))
 
 
 def _validate(topology: Topology) -> None:
@@ -283,6 +297,9 @@ def _validate(topology: Topology) -> None:
             raise InvalidInputError(f"{where}: link {link.name!r} has shared_by {link.shared_by!r}; it must be >= 1")
         if isinstance(link.channel, bool) or not isinstance(link.channel, int) or link.channel < 0:
             raise InvalidInputError(f"{where}: link {link.name!r} has channel {link.channel!r}; it must be >= 0")
+        if not 0 <= link.incast < 1 or not math.isfinite(link.incast):
+            raise InvalidInputError(f"{where}: link {link.name!r} has incast {link.incast!r}; it must be in [0, 1) "
+                                    f"(the slowdown per incoming flow beyond shared_by)")
         for level_name in link.levels:
             if level_name not in seen:
                 raise InvalidInputError(

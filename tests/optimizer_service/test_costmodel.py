@@ -10,6 +10,7 @@ from optimizer_service.dsl import Program
 from optimizer_service.hierarchy import SynthesisHierarchy
 from optimizer_service.lowering import lower_program
 from optimizer_service.placement import ParallelismMatrix
+from optimizer_service.topology import Topology
 
 A100 = load_topology("gcp-a100-2n")      # 2 nodes x 16, NVSwitch 270 GB/s 3 us, NIC 8 GB/s 30 us per node
 V100 = load_topology("gcp-v100-2n")      # 2 nodes x 8, NVLink 135 GB/s, PCIe 32 GB/s per 4, NIC 8 GB/s per node
@@ -40,6 +41,24 @@ def test_groups_crossing_one_nic_share_it():
     sixteen = model.step_seconds(AR, groups(*[[g, 16 + g] for g in range(16)]), N)
     assert one == pytest.approx(2 * 30e-6 + N / 8e9)
     assert sixteen == pytest.approx(2 * 30e-6 + 16 * N / 8e9)
+
+
+def test_incast_slows_ingress_beyond_one_flow_per_device():
+    # 2 nodes x 4 GPUs, a NIC per node shared by 4; every extra incoming flow costs 10 %.
+    topo = Topology.from_yaml("""
+name: t
+levels: [{name: node, cardinality: 2}, {name: gpu, cardinality: 4}]
+links:
+  - {name: nvlink, level: gpu, bandwidth: 100GB/s, latency: 0s}
+  - {name: nic, levels: [node], bandwidth: 10GB/s, latency: 0s, shared_by: 4, incast: 0.1}
+""")
+    model = CostModel(topo)
+    four = (np.array([[0, 1, 2, 3]]), np.array([[4, 5, 6, 7]]))            # one flow per GPU: no penalty
+    assert model.flows_seconds(*four, 1e9, 1) == pytest.approx(4e9 / 10e9)
+    eight = (np.array([[0, 1, 2, 3, 0, 1, 2, 3]]), np.array([[4, 5, 6, 7, 5, 6, 7, 4]]))
+    assert model.flows_seconds(*eight, 1e9, 1) == pytest.approx(8e9 * (1 + 0.1 * 4) / 10e9)
+    without = CostModel(Topology.from_yaml(topo.to_yaml().replace("incast: 0.1", "incast: 0.0")))
+    assert without.flows_seconds(*eight, 1e9, 1) == pytest.approx(8e9 / 10e9)
 
 
 def test_a_step_takes_as_long_as_its_slowest_group():

@@ -147,3 +147,30 @@ def test_unknown_workloads_and_channels_are_one_line_errors():
         build("bert", TOPOLOGY)
     with pytest.raises(InvalidInputError, match="no channel 5"):
         COST.seconds(Motif(Kind.ALL_REDUCE, (0, 1), ((0, 8),), channel=5))
+
+
+def fastest_alone(kind: Kind, elements: int, allowed=lambda o: True) -> str:
+    dag = TrainingDAG("one", (compute("c", 1e-6), comm("op", kind, range(32), elements, "c")))
+    problem = Problem(dag, COST)
+    return problem.options[0][problem.greedy(allowed)[0]].base
+
+
+def test_all_to_all_is_splined_more_as_it_grows():
+    # hgx2-4n's NICs lose throughput to incast (192 flows into a node for a whole 32-rank
+    # all-to-all): small blocks stay whole (fewer motifs to launch), large ones go pairwise.
+    windows = [fastest_alone(Kind.ALL_TO_ALL, nbytes // 4, lambda o: o.channel == "ch0")
+               for nbytes in (4 << 10, 64 << 10, 1 << 20, 16 << 20)]
+    sizes = [32 if w == "a2a" else int(w.removeprefix("spline")) for w in windows]
+    assert sizes[0] == 32 and sizes[-1] < 4
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) >= 3
+
+
+def test_todays_stack_runs_all_to_all_whole_on_channel_zero():
+    problem = Problem(build("dlrm-a2", TOPOLOGY), COST)
+    results = {r.name: r for r in run_systems(problem, budget=1, seed=0, names=("FIFO", "BS+", "HO", "S-Sched"))}
+    for name in ("FIFO", "BS+", "S-Sched"):
+        for op, k in enumerate(results[name].choice):
+            option = problem.options[op][k]
+            assert option.channel == "ch0" and not option.base.startswith("spline"), (name, option.name)
+    a2a = [op for op, node in enumerate(problem.comm_nodes) if problem.dag.nodes[node].comm.kind is Kind.ALL_TO_ALL]
+    assert any(problem.options[op][results["HO"].choice[op]].base.startswith("spline") for op in a2a)

@@ -48,6 +48,7 @@ def test_file_topology_loads(tmp_path):
     ("latency: 2us", "unknown field 'lat'"),
     ("bandwidth: 100GB/s", "bandwidth"),
     ("name: node,", "reserved"),
+    ("shared_by: 4}", "incast 1.5"),
 ])
 def test_invalid_topologies_name_the_problem(change, message):
     replacements = {
@@ -58,6 +59,7 @@ def test_invalid_topologies_name_the_problem(change, message):
         "latency: 2us": "lat: 2us",
         "bandwidth: 100GB/s": "bandwidth: -5GB/s",
         "name: node,": "name: root,",
+        "shared_by: 4}": "shared_by: 4, incast: 1.5}",
     }
     text = GOOD.replace(change, replacements[change], 1)
     with pytest.raises(InvalidInputError, match=message):
@@ -86,3 +88,12 @@ def test_unknown_topology_names_the_presets():
         load_topology("no-such-cluster")
     with pytest.raises(InvalidInputError, match="does not exist"):
         load_topology("/nonexistent/file.yaml")
+
+
+def test_incast_round_trips_and_is_described():
+    topo = Topology.from_yaml(GOOD.replace("shared_by: 4}", "shared_by: 4, incast: 0.003}"))
+    nic = topo.links_at(0)[0]
+    assert nic.incast == 0.003 and "incast=0.003" in str(nic)
+    assert Topology.from_yaml(topo.to_yaml()) == topo
+    assert "incast 0.003 per extra flow" in topo.describe()
+    assert "incast" not in Topology.from_yaml(GOOD).to_yaml()
