@@ -16,8 +16,9 @@ measured and reported, never asserted:
   Syndicate's DLRM plans, the channels of all-to-alls and all-reduces, and the
   seconds per iteration in which both run at once on different channels.
 * **speed** — (a) ``fsdp`` with 40 layers (200 nodes): evaluations per second
-  of ``Problem.cost_of`` under random one-op changes, and ``Graph.run`` alone
-  (goal >= 2,000/s); (b) ``fsdp`` with 167 layers (501 comm-ops): ``Problem``
+  of ``Problem.cost_of`` under random one-op changes (goal >= 2,000/s), per
+  scheduling policy, on the C++ path and on the pure-Python one
+  (``Problem.python_cost_of``) and their ratio; (b) ``fsdp`` with 167 layers (501 comm-ops): ``Problem``
   construction and MCMC from the greedy plan (60 s budget): when it stopped,
   why, and when its final best was found (goal: converged within 10 s).
 
@@ -41,6 +42,7 @@ from optimizer_service.dag import TrainingDAG, comm, compute
 from optimizer_service.evaluation import Problem
 from optimizer_service.motif_cost import MotifCostModel
 from optimizer_service.motifs import Kind
+from optimizer_service.scheduler import Policy
 from optimizer_service.search import mcmc
 from optimizer_service.systems import SYSTEMS, run_systems
 from optimizer_service.workloads import build, fsdp, workload_names
@@ -162,27 +164,32 @@ def findings(cost, kept: dict, quick: bool) -> dict:
             "dlrm_channels": channel_findings(kept)}
 
 
-def speed(cost, quick: bool, seed: int) -> dict:
-    print("speed ...", flush=True)
-    window = 0.5 if quick else 2.0
-    problem = Problem(fsdp(32, layers=40), cost)
+def rate(price, problem: Problem, policy: Policy, window: float, seed: int) -> float:
+    """Calls per second of ``price(choice, policy)`` under random one-op changes from the greedy plan."""
     choice, rng = problem.greedy(), random.Random(seed)
     count, began = 0, time.perf_counter()
     while time.perf_counter() - began < window:
         k = rng.randrange(len(choice))
         choice[k] = rng.randrange(len(problem.options[k]))
-        problem.cost_of(choice)
+        price(choice, policy)
         count += 1
-    cost_rate = count / (time.perf_counter() - began)
-    graph, seconds, _, _ = problem.graph(choice, False)
-    runs, began = 0, time.perf_counter()
-    while time.perf_counter() - began < window:
-        graph.run(seconds)
-        runs += 1
-    run_rate = runs / (time.perf_counter() - began)
+    return count / (time.perf_counter() - began)
+
+
+def speed(cost, quick: bool, seed: int) -> dict:
+    print("speed ...", flush=True)
+    window = 0.5 if quick else 2.0
+    problem = Problem(fsdp(32, layers=40), cost)
+    policies = {}
+    for policy in Policy:
+        native = rate(problem.cost_of, problem, policy, window, seed) if problem.compiled is not None else None
+        python = rate(problem.python_cost_of, problem, policy, window, seed)
+        policies[policy.value] = {"evaluations_per_second": native if native is not None else python,
+                                  "python_evaluations_per_second": python,
+                                  "cpp_over_python": native / python if native is not None else None}
     small = {"nodes": len(problem.dag.nodes), "comm_ops": len(problem.comm_nodes),
-             "tasks_greedy": problem.graph(problem.greedy(), False)[0].size, "tasks_last_random": graph.size,
-             "evaluations_per_second": cost_rate, "graph_run_per_second": run_rate, "window_seconds": window}
+             "tasks_greedy": problem.graph(problem.greedy(), False)[0].size, "compiled": problem.compiled is not None,
+             **policies[Policy.CRITICAL_PATH.value], "policies": policies, "window_seconds": window}
 
     layers, budget = (34, 10.0) if quick else (167, 60.0)
     began = time.perf_counter()
@@ -235,7 +242,7 @@ def plot(document: dict, path: Path) -> None:
     axes[1].legend(fontsize=7)
     sp = document["speed"]
     bars = {f"cost_of\n{sp['dag_200']['nodes']} nodes": sp["dag_200"]["evaluations_per_second"],
-            f"Graph.run\n{sp['dag_200']['nodes']} nodes": sp["dag_200"]["graph_run_per_second"],
+            f"Python path\n{sp['dag_200']['nodes']} nodes": sp["dag_200"]["python_evaluations_per_second"],
             f"MCMC\n{sp['dag_500']['comm_ops']} comm-ops": sp["dag_500"]["evaluations_per_second"]}
     axes[2].bar(list(bars), list(bars.values()))
     axes[2].axhline(2000, color="r", ls=":", lw=0.8, label="goal 2,000/s")
@@ -277,9 +284,13 @@ def report(document: dict) -> None:
               f"-> {'disjoint' if c['disjoint'] else 'shared'}; overlap {c['overlap_seconds_per_iteration'] * 1e3:.2f} ms "
               f"({c['overlap_fraction']:.0%} of the iteration)")
     small, large = document["speed"]["dag_200"], document["speed"]["dag_500"]
-    print(f"\nspeed: {small['nodes']}-node DAG ({small['tasks_greedy']}-{small['tasks_last_random']} tasks unrolled): "
-          f"{small['evaluations_per_second']:.0f} evaluations/s (goal >= 2000), Graph.run alone "
-          f"{small['graph_run_per_second']:.0f}/s")
+    print(f"\nspeed: {small['nodes']}-node DAG ({small['tasks_greedy']} tasks unrolled, greedy plan): "
+          f"{small['evaluations_per_second']:.0f} evaluations/s (goal >= 2000)"
+          f"{'' if small['compiled'] else ' -- C++ extension not built, Python path'}")
+    for policy, r in small["policies"].items():
+        ratio = f"C++/Python x{r['cpp_over_python']:.0f}" if r["cpp_over_python"] else "Python only"
+        print(f"       {policy:<14} {r['evaluations_per_second']:8.0f}/s, Python path "
+              f"{r['python_evaluations_per_second']:6.0f}/s ({ratio})")
     print(f"       {large['comm_ops']}-comm-op DAG ({large['nodes']} nodes): Problem {large['problem_seconds']:.2f} s, "
           f"MCMC stopped by {large['stopped_by']} after {large['elapsed']:.1f} s, {large['evaluations']} evaluations "
           f"({large['evaluations_per_second']:.0f}/s), final best at evaluation {large['final_best_evaluation']} "

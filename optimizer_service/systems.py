@@ -76,14 +76,13 @@ def library_default(option: Option) -> bool:
 def segment_oracle(problem: Problem, greedy: list[int], policy: Policy, framework_order: bool) -> list[int]:
     """The uniform segment count (applied to every op's greedy option, channel 0)
     that gives the shortest iteration."""
+    position = [{o.name: i for i, o in enumerate(options)} for options in problem.options]
     best: tuple[float, int, list[int]] | None = None
     for k in SEGMENTS:
         choice = []
         for op, index in enumerate(greedy):
-            option = problem.options[op][index]
-            wanted = f"{option.base}{f'/seg{k}' if k > 1 else ''}@ch0"
-            names = [o.name for o in problem.options[op]]
-            choice.append(names.index(wanted) if wanted in names else index)
+            wanted = f"{problem.options[op][index].base}{f'/seg{k}' if k > 1 else ''}@ch0"
+            choice.append(position[op].get(wanted, index))
         seconds = problem.cost_of(choice, policy, framework_order)
         if best is None or seconds < best[0]:
             best = (seconds, k, choice)
