@@ -44,6 +44,16 @@ sender, which is the incast Syndicate's splining reduces (§6.6, "the effects
 of incast are significant as we increase the message sizes and more splining
 helps reduce incast").
 
+**Reduction.** A link with a ``reduction`` rate ρ (:class:`Link`) bounds how
+fast a device combines what it receives over that link: each flow carries a
+reduced fraction of its volume (½ of a ring AllReduce's flows — its
+ReduceScatter half —, all of a ReduceScatter's and a Reduce's, the upward
+flows of a tree; nothing of an AllGather, a Broadcast or an all-to-all), and a
+flow into device ``v`` takes at least ``D(v)/ρ``, where ``D(v)`` is what ``v``
+reduces from all flows over that link. Reduction pipelines with the transfer,
+so the bound is a ``max`` like the links', not a sum. This is Syndicate §6.6's
+reason for running all-reduce on the GPU-driven channel (Figure 18).
+
 **Time.** Group ``g`` takes ``T_g = R·α_g + max over flows of t(flow)`` where
 ``α_g`` is the largest path latency (sum of the latencies of the links a flow
 crosses) among its flows. A step takes ``max_g T_g``; a program is the sum of
@@ -87,12 +97,14 @@ class Algorithm(str, Enum):
 
 @dataclass(frozen=True)
 class FlowPattern:
-    """Flows between group positions, volumes per byte of input, and rounds."""
+    """Flows between group positions, volumes per byte of input, the fraction
+    of each flow's volume its receiver reduces, and rounds."""
 
     src: np.ndarray
     dst: np.ndarray
     volume: np.ndarray
     rounds: int
+    reduced: np.ndarray
 
 
 @lru_cache(maxsize=4096)
@@ -103,11 +115,14 @@ def ring_pattern(collective: Collective, p: int) -> FlowPattern:
                   Collective.REDUCE_SCATTER: (p - 1) / p,
                   Collective.ALL_GATHER: float(p - 1)}[collective]
         rounds = 2 * (p - 1) if collective is Collective.ALL_REDUCE else p - 1
-        return FlowPattern(positions, (positions + 1) % p, np.full(p, factor), rounds)
+        reduced = {Collective.ALL_REDUCE: 0.5, Collective.REDUCE_SCATTER: 1.0,
+                   Collective.ALL_GATHER: 0.0}[collective]
+        return FlowPattern(positions, (positions + 1) % p, np.full(p, factor), rounds, np.full(p, reduced))
     chain_src, chain_dst = positions[:-1], positions[1:]
+    reduced = float(collective is Collective.REDUCE)
     if collective is Collective.REDUCE:
         chain_src, chain_dst = chain_dst, chain_src
-    return FlowPattern(chain_src, chain_dst, np.ones(p - 1), p - 1)
+    return FlowPattern(chain_src, chain_dst, np.ones(p - 1), p - 1, np.full(p - 1, reduced))
 
 
 def tree_edges(members: Sequence[int], spans: Sequence[int]) -> tuple[list[tuple[int, int]], int]:
@@ -148,8 +163,8 @@ def tree_pattern(collective: Collective, members: Sequence[int], spans: Sequence
         children = np.array([c for c, _ in first], dtype=np.int64)
         parents = np.array([q for _, q in first], dtype=np.int64)
         if collective is Collective.REDUCE:
-            return FlowPattern(children, parents, np.ones(len(first)), depth_first)
-        return FlowPattern(parents, children, np.ones(len(first)), depth_first)
+            return FlowPattern(children, parents, np.ones(len(first)), depth_first, np.ones(len(first)))
+        return FlowPattern(parents, children, np.ones(len(first)), depth_first, np.zeros(len(first)))
     reversed_members = list(reversed(members))
     second_rev, depth_second = tree_edges(reversed_members, spans)
     second = [(p - 1 - c, p - 1 - q) for c, q in second_rev]
@@ -157,8 +172,9 @@ def tree_pattern(collective: Collective, members: Sequence[int], spans: Sequence
     for child, parent in first + second:
         src += [child, parent]
         dst += [parent, child]
+    up = np.tile([1.0, 0.0], len(first) + len(second))
     return FlowPattern(np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64),
-                       np.full(len(src), 0.5), 2 * max(depth_first, depth_second))
+                       np.full(len(src), 0.5), 2 * max(depth_first, depth_second), up)
 
 
 class CostModel:
@@ -179,7 +195,7 @@ class CostModel:
             for j, links in enumerate(crossed):
                 serves[j] = link in links
             self._links.append((serves, link.shared_by, link.bandwidth,
-                                topology.device_count // link.shared_by, link.incast))
+                                topology.device_count // link.shared_by, link.incast, link.reduction))
 
     def _pattern(self, collective: Collective, group: np.ndarray) -> FlowPattern:
         if self.algorithm is Algorithm.RING:
@@ -200,18 +216,20 @@ class CostModel:
         src = groups[:, pattern.src]              # (G, F)
         dst = groups[:, pattern.dst]
         volume = np.broadcast_to(pattern.volume * input_bytes, src.shape)
-        return self.flows_seconds(src, dst, volume, pattern.rounds)
+        return self.flows_seconds(src, dst, volume, pattern.rounds, pattern.reduced)
 
-    def flows_seconds(self, src: np.ndarray, dst: np.ndarray, volume: np.ndarray, rounds: int) -> float:
+    def flows_seconds(self, src: np.ndarray, dst: np.ndarray, volume: np.ndarray, rounds: int,
+                      reduced: float | np.ndarray = 0.0) -> float:
         """Time of concurrent flows ``src[g, f] → dst[g, f]`` carrying ``volume[g, f]``
-        bytes, as groups ``g`` of ``rounds`` sequential rounds (the module docstring)."""
+        bytes, of which the receiver reduces the fraction ``reduced[g, f]``, as groups
+        ``g`` of ``rounds`` sequential rounds (the module docstring)."""
         src, dst = np.atleast_2d(src), np.atleast_2d(dst)
         volume = np.broadcast_to(volume, src.shape)
         if src.size == 0:
             return 0.0
         level = self.first_differing_level(src, dst)
         flow_time = np.zeros(src.shape)
-        for serves, shared_by, bandwidth, instances, incast in self._links:
+        for serves, shared_by, bandwidth, instances, incast, reduction in self._links:
             crosses = serves[level]
             if not crosses.any():
                 continue
@@ -223,6 +241,10 @@ class CostModel:
                 flows_in = np.bincount(in_instance[crosses], minlength=instances)
                 in_load = in_load * (1.0 + incast * np.maximum(flows_in - shared_by, 0))
             busy = np.maximum(out_load[out_instance], in_load[in_instance]) / bandwidth
+            if reduction:
+                combined = np.broadcast_to(reduced, src.shape) * volume
+                load = np.bincount(dst[crosses], weights=combined[crosses], minlength=instances * shared_by)
+                busy = np.maximum(busy, load[dst] / reduction)
             flow_time = np.maximum(flow_time, np.where(crosses, busy, 0.0))
         latency = self._path_latency[level].max(axis=1) * rounds
         return float((latency + flow_time.max(axis=1)).max())

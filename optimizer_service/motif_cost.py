@@ -6,7 +6,10 @@ over that channel's links (a second NIC) and channel 0's elsewhere
 (:meth:`Topology.links_at`). Collective motifs use the simulator's ring flows
 for their group; an all-to-all motif sends its column range of every block
 directly from each rank to each destination in its window, all at once, so a
-node's NIC is shared by everything crossing it. Every motif also pays a fixed
+node's NIC is shared by everything crossing it. Reducing motifs (AllReduce,
+ReduceScatter, Reduce) are also bounded by the channel's reduction rate where
+its links set one (:mod:`optimizer_service.costmodel`, "Reduction"): a
+host-staged channel sums on CPU cores. Every motif also pays a fixed
 ``dispatch_seconds`` — the cost of launching one more kernel or message that
 Syndicate names as the reason over-fine segmentation does not pay (§4.2.1,
 "Composition of Operators"); calibrate it from measured motif times.

@@ -28,6 +28,14 @@ A :class:`Link` says which traffic it carries and how fast:
   (:mod:`optimizer_service.costmodel`, "Incast"). Rings and trees stay within
   that fan-in; a whole all-to-all does not, which is why Syndicate splines it
   (§6.6).
+* ``reduction`` — 0 (the default: not limiting) or how many bytes per second
+  a device can combine of what it receives over this link in a reducing
+  collective (the receive half of a ring's ReduceScatter, a tree's way up, a
+  Reduce). Syndicate §6.6 (Figure 18) puts all-reduce on the GPU-driven
+  channel because "all-reduce also does compute (gradient aggregation) which
+  is faster with GPUs"; a CPU-driven channel staging through host memory
+  sums on host cores, which this rate models
+  (:mod:`optimizer_service.costmodel`, "Reduction").
 
 Topologies are values: built from a dict or YAML text (``from_yaml``), written
 back by ``to_yaml`` (round-trip), and validated on construction with messages
@@ -81,12 +89,14 @@ class Link:
     shared_by: int = 1
     channel: int = 0
     incast: float = 0.0
+    reduction: float = 0.0
 
     def __str__(self) -> str:
         text = (f"{self.name}@{','.join(self.levels)} {format_rate(self.bandwidth)} "
                 f"{format_seconds(self.latency)} shared_by={self.shared_by}")
         text += f" channel={self.channel}" if self.channel else ""
-        return text + (f" incast={self.incast:g}" if self.incast else "")
+        text += f" incast={self.incast:g}" if self.incast else ""
+        return text + (f" reduction={format_rate(self.reduction)}" if self.reduction else "")
 
 
 @dataclass(frozen=True)
@@ -156,7 +166,8 @@ class Topology:
                          f"{format_rate(link.bandwidth):>10} per direction, latency "
                          f"{format_seconds(link.latency):>6}, shared by {link.shared_by} "
                          f"device(s) ({instances} instance(s))"
-                         + (f", incast {link.incast:g} per extra flow" if link.incast else ""))
+                         + (f", incast {link.incast:g} per extra flow" if link.incast else "")
+                         + (f", reduces {format_rate(link.reduction)} per device" if link.reduction else ""))
         return "\n".join(lines)
 
     # ------------------------------------------------------------ text form
@@ -174,6 +185,7 @@ class Topology:
                 "shared_by": link.shared_by,
                 **({"channel": link.channel} if link.channel else {}),
                 **({"incast": link.incast} if link.incast else {}),
+                **({"reduction": format_rate(link.reduction)} if link.reduction else {}),
             }
             for link in self.links
         ]
@@ -240,7 +252,7 @@ def _link_from(item: Any, index: int, source: str) -> Link:
     where = f"{source}: links[{index}]"
     if not isinstance(item, dict):
         raise InvalidInputError(f"{where} must be a mapping")
-    allowed = {"name", "level", "levels", "bandwidth", "latency", "shared_by", "channel", "incast"}
+    allowed = {"name", "level", "levels", "bandwidth", "latency", "shared_by", "channel", "incast", "reduction"}
     _check_keys(item, allowed, {"name", "bandwidth", "latency"}, where)
     if ("level" in item) == ("levels" in item):
         raise InvalidInputError(f"{where}: give exactly one of 'level' (a name) or 'levels' (a list)")
@@ -261,8 +273,13 @@ def _link_from(item: Any, index: int, source: str) -> Link:
         latency = parse_seconds(item["latency"])
     except InvalidInputError as exc:
         raise InvalidInputError(f"{where} ({item['name']}): {exc}") from None
-    return Link(name=str(item["name"]), levels=tuple(str(x) for x in levels),
-                bandwidth=bandwidth, latency=latency, shared_by=shared_by, channel=channel, incast=float(incast))
+    try:
+        reduction = parse_rate(item["reduction"]) if "reduction" in item else 0.0
+    except InvalidInputError:
+        raise InvalidInputError(f"{where} ({item['name']}): reduction {item['reduction']!r} must be a positive rate "
+                                f"such as 5GB/s (bytes a device combines per second), or left out") from None
+    return Link(name=str(item["name"]), levels=tuple(str(x) for x in levels), bandwidth=bandwidth,
+                latency=latency, shared_by=shared_by, channel=channel, incast=float(incast), reduction=reduction)
 
 
 def _validate(topology: Topology) -> None:
@@ -300,6 +317,9 @@ def _validate(topology: Topology) -> None:
         if not 0 <= link.incast < 1 or not math.isfinite(link.incast):
             raise InvalidInputError(f"{where}: link {link.name!r} has incast {link.incast!r}; it must be in [0, 1) "
                                     f"(the slowdown per incoming flow beyond shared_by)")
+        if not link.reduction >= 0 or not math.isfinite(link.reduction):
+            raise InvalidInputError(f"{where}: link {link.name!r} has reduction {link.reduction!r}; it must be a rate > 0 "
+                                    f"(bytes a device combines per second), or left out")
         for level_name in link.levels:
             if level_name not in seen:
                 raise InvalidInputError(

@@ -61,6 +61,37 @@ links:
     assert without.flows_seconds(*eight, 1e9, 1) == pytest.approx(8e9 / 10e9)
 
 
+REDUCING = """
+name: t
+levels: [{name: gpu, cardinality: 4}]
+links:
+  - {name: bus, level: gpu, bandwidth: 10GB/s, latency: 0s, reduction: 1GB/s}
+"""
+
+
+def test_reduction_rate_bounds_what_a_receiver_combines():
+    # 4 ranks on one bus that reduces 1 GB/s per device (10x slower than it moves bytes).
+    model = CostModel(Topology.from_yaml(REDUCING))
+    everyone = groups([0, 1, 2, 3])
+    # Ring AllReduce: each flow carries 2·3/4·N, its ReduceScatter half (3/4·N) is reduced.
+    assert model.step_seconds(AR, everyone, N) == pytest.approx(0.75 * N / 1e9)
+    assert model.step_seconds(RS, everyone, N) == pytest.approx(0.75 * N / 1e9)
+    # Nothing to combine: the bus alone paces AllGather, Broadcast and plain flows.
+    assert model.step_seconds(AG, everyone, N) == pytest.approx(3 * N / 10e9)
+    assert model.step_seconds(BC, everyone, N) == pytest.approx(N / 10e9)
+    assert model.flows_seconds(np.array([[0, 1]]), np.array([[1, 0]]), float(N), 1) == pytest.approx(N / 10e9)
+    # Reduce chain 3 -> 2 -> 1 -> 0: every hop's receiver combines N.
+    assert model.step_seconds(RD, everyone, N) == pytest.approx(N / 1e9)
+    # Two-member double tree: each member is the other's parent once and combines N/2 on the way up.
+    tree = CostModel(Topology.from_yaml(REDUCING), Algorithm.TREE)
+    assert tree.step_seconds(AR, groups([0, 1]), N) == pytest.approx(0.5 * N / 1e9)
+    # A device combines what all flows over the link bring it: two senders into rank 0.
+    assert model.flows_seconds(np.array([[1, 2]]), np.array([[0, 0]]), float(N), 1, 1.0) == pytest.approx(
+        2 * N / 1e9)
+    fast = CostModel(Topology.from_yaml(REDUCING.replace("reduction: 1GB/s", "reduction: 1TB/s")))
+    assert fast.step_seconds(AR, everyone, N) == pytest.approx(1.5 * N / 10e9)
+
+
 def test_a_step_takes_as_long_as_its_slowest_group():
     model = CostModel(A100)
     cross = model.step_seconds(AR, groups([0, 16]), N)

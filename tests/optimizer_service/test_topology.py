@@ -90,10 +90,20 @@ def test_unknown_topology_names_the_presets():
         load_topology("/nonexistent/file.yaml")
 
 
-def test_incast_round_trips_and_is_described():
-    topo = Topology.from_yaml(GOOD.replace("shared_by: 4}", "shared_by: 4, incast: 0.003}"))
+@pytest.mark.parametrize("field,attribute,value,text,described", [
+    ("incast: 0.003", "incast", 0.003, "incast=0.003", "incast 0.003 per extra flow"),
+    ("reduction: 5GB/s", "reduction", 5e9, "reduction=5GB/s", "reduces 5GB/s per device"),
+])
+def test_optional_link_fields_round_trip_and_are_described(field, attribute, value, text, described):
+    topo = Topology.from_yaml(GOOD.replace("shared_by: 4}", f"shared_by: 4, {field}}}"))
     nic = topo.links_at(0)[0]
-    assert nic.incast == 0.003 and "incast=0.003" in str(nic)
+    assert getattr(nic, attribute) == value and text in str(nic)
     assert Topology.from_yaml(topo.to_yaml()) == topo
-    assert "incast 0.003 per extra flow" in topo.describe()
-    assert "incast" not in Topology.from_yaml(GOOD).to_yaml()
+    assert described in topo.describe()
+    assert attribute not in Topology.from_yaml(GOOD).to_yaml()
+
+
+@pytest.mark.parametrize("value", ["0GB/s", "fast", "-1GB/s"])
+def test_a_bad_reduction_rate_names_the_link(value):
+    with pytest.raises(InvalidInputError, match=r"links\[\d\] \(nic\): reduction .* must be a positive rate"):
+        Topology.from_yaml(GOOD.replace("shared_by: 4}", f"shared_by: 4, reduction: {value}}}"))
