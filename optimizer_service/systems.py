@@ -35,6 +35,10 @@ Readings where §6.4 leaves room:
   framework has submitted, but no cross-iteration moves (those need
   Syndicate's enforcer, §6.5).
 * S-Exec and Syndicate each get the whole ``budget``.
+
+Every system is priced both ways of :mod:`optimizer_service.evaluation`: the
+two-iteration figure the search minimises, and the steady state a running job
+sees (the paper's measurements).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class SystemResult:
     framework_order: bool
     evaluation: Evaluation
     search: SearchResult | None = None
+    steady_seconds: float = 0.0     # per iteration once running (Problem.steady_seconds)
 
     @property
     def seconds(self) -> float:
@@ -119,5 +124,5 @@ def run_systems(problem: Problem, budget: float = 10.0, seed: int = 0, names=SYS
         else:
             raise ValueError(f"unknown system {name!r}")
         results.append(SystemResult(name, tuple(choice), policy, keep, problem.evaluate(choice, policy, keep),
-                                    found))
+                                    found, problem.steady_seconds(choice, policy, keep)))
     return results

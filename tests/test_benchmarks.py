@@ -54,4 +54,6 @@ def test_optimize_benchmark_runs_end_to_end(tmp_path):
     for workload in data["systems"].values():
         assert list(workload["systems"]) == ["FIFO", "BS+", "HO", "S-Exec", "S-Sched", "Syndicate"]
     assert set(data["findings"]) >= {"all_reduce", "all_to_all"} and set(data["speed"]) == {"dag_200", "dag_500"}
+    assert set(data["findings"]["dlrm_bindings"]["dlrm-a1"]) == set(optimize_bench.BINDINGS)
+    assert data["systems"]["cnn-dp"]["systems"]["Syndicate"]["steady_speedup_over_bs+"] > 0
     assert (tmp_path / "optimize.png").stat().st_size > 10_000

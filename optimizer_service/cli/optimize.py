@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from optimizer_service.catalog import load_topology
-from optimizer_service.cli.optimize_render import document, gantt, table
+from optimizer_service.cli.optimize_render import document, gantt, legend, table
 from optimizer_service.cli.params import replace_file, write_json
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.evaluation import Problem
@@ -76,6 +76,7 @@ def optimize(settings: Settings, workload: str | None, traces: tuple[Path, ...],
     plan = joint_plan(problem, results[-1])
     if not quiet:
         click.echo(table(problem, results))
+        say(legend(problem))
         if measured is not None:
             click.echo(f"measured iteration in the trace: {measured * 1e3:.3f} ms")
     if json_out is not None:

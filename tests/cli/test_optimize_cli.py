@@ -31,6 +31,9 @@ def test_a_workload_gives_the_table_the_json_the_plan_and_the_gantt(tmp_path):
     assert [s["name"] for s in data["systems"]] == SYSTEM_NAMES
     for system in data["systems"]:
         assert system["iteration_seconds"] > 0 and 0 <= system["compute_idle_fraction"] < 1
+        assert 0 < system["steady_state_seconds"] <= system["iteration_seconds"] * (1 + 1e-9)
+    bs = next(s for s in data["systems"] if s["name"] == "BS+")
+    assert bs["steady_state_speedup_over_bs_plus"] == 1.0
     assert data["search"]["evaluations"] > 0 and data["search"]["accepted"] > 0 and data["search"]["seconds"] > 0
     installed = Plan.parse(plan.read_text())
     assert json.loads(installed.to_json()) == data["plan"]

@@ -138,8 +138,35 @@ def test_every_workload_runs_every_system_and_yields_an_installable_plan(name):
 
 def test_the_serial_cnn_leaves_nothing_to_gain():
     problem = Problem(build("cnn-dp", TOPOLOGY), COST)
-    seconds = {r.name: r.seconds for r in run_systems(problem, budget=2, seed=0, min_evaluations=300)}
+    results = run_systems(problem, budget=2, seed=0, min_evaluations=300)
+    seconds = {r.name: r.seconds for r in results}
     assert seconds["Syndicate"] == pytest.approx(seconds["BS+"], rel=0.03)
+    # One serial chain per iteration: nothing crosses the boundary, the steady state is the same.
+    for r in results:
+        assert r.steady_seconds == pytest.approx(r.seconds)
+
+
+def test_steady_state_counts_the_prefetch_the_first_iteration_cannot_have():
+    # The next batch's data-prep all-to-all needs nothing of this iteration: Syndicate runs it
+    # during fwd and bwd (1 ms each), except in the very first iteration.
+    dag = TrainingDAG("prefetch", (
+        comm("prep", Kind.ALL_TO_ALL, range(32), 4096, issued_after_previous=["bwd"]),
+        compute("fwd", 0.001, "prep", previous=["bwd"]),
+        compute("bwd", 0.001, "fwd"),
+    ))
+    problem = Problem(dag, COST)
+    choice = problem.greedy()
+    prep = problem.templates[0][choice[0]].isolated
+    assert 0 < prep < 0.002
+    assert problem.cost_of(choice) == pytest.approx((prep + 0.004) / 2)
+    assert problem.steady_seconds(choice) == pytest.approx(0.002)
+    # The training loop's program order puts the prep after the previous bwd: nothing to hide it under.
+    assert problem.steady_seconds(choice, Policy.FIFO, framework_order=True) == pytest.approx(prep + 0.002)
+    six = problem.unrolled_over(6)
+    assert six.iterations == 6 and problem.iterations == 2 and six.options is problem.options
+    assert six.cost_of(choice) == pytest.approx((prep + 0.012) / 6)
+    with pytest.raises(InvalidInputError, match="iterations 0"):
+        problem.unrolled_over(0)
 
 
 def test_unknown_workloads_and_channels_are_one_line_errors():
