@@ -43,7 +43,12 @@ def optimize(settings: Settings, workload: str | None, traces: tuple[Path, ...],
              topology_name: str, budget: float, seed: int, json_out: str | None, plan_out: Path | None,
              gantt_out: Path | None, list_only: bool) -> None:
     """Jointly choose every comm-op's execution plan and the order of all motifs
-    (Syndicate, NSDI'23), and compare with FIFO, BS+, HO, S-Exec and S-Sched."""
+    (Syndicate, NSDI'23), and compare with FIFO, BS+, HO, S-Exec and S-Sched.
+
+    Each row gives the iteration time (two unrolled iterations' makespan over
+    two: what the search minimises), the compute idle share, and the steady
+    state (per iteration once a job runs, as the paper measures), with
+    speedups over BS+."""
     topology = load_topology(topology_name)
     if list_only:
         for name in workload_names():
