@@ -252,6 +252,15 @@ def speed(cost, quick: bool, seed: int) -> dict:
     return {"dag_200": small, "dag_500": large}
 
 
+def grouped_bars(ax, groups: list[str], series: dict[str, list[float]], **xticks) -> None:
+    """One bar per series side by side in each group, the groups labelled on the x axis."""
+    width = 0.8 / len(series)
+    for j, (name, values) in enumerate(series.items()):
+        ax.bar([x + (j - len(series) / 2 + 0.5) * width for x in range(len(groups))], values, width, label=name)
+    ax.set_xticks(range(len(groups)), groups, fontsize=8, **xticks)
+    ax.legend(fontsize=7)
+
+
 def plot(document: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -260,18 +269,14 @@ def plot(document: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 4, figsize=(22, 4.2))
     rows = document["systems"]
     names = [s for s in SYSTEMS if s != "BS+"]
-    width = 0.8 / len(names)
-    for j, system in enumerate(names):
-        axes[0].bar([x + (j - len(names) / 2 + 0.5) * width for x in range(len(rows))],
-                    [r["systems"][system]["speedup_over_bs+"] for r in rows.values()], width, label=system)
+    grouped_bars(axes[0], list(rows), {system: [r["systems"][system]["speedup_over_bs+"] for r in rows.values()]
+                                       for system in names}, rotation=20)
     axes[0].axhline(1.0, color="k", lw=0.8)
     axes[0].axhline(1.2, color="r", ls=":", lw=0.8)
     low = min(r["systems"][s]["speedup_over_bs+"] for r in rows.values() for s in names)
     axes[0].set_ylim(min(0.9, low - 0.05), None)
-    axes[0].set_xticks(range(len(rows)), list(rows), rotation=20, fontsize=8)
     axes[0].set_ylabel("speedup over BS+")
     axes[0].set_title(f"iteration time, {TOPOLOGY}")
-    axes[0].legend(fontsize=7)
     ar = document["findings"]["all_reduce"]
     for family in ar[0]["isolated_seconds"]:
         axes[1].loglog([r["bytes"] for r in ar], [r["isolated_seconds"][family] for r in ar], marker=".",
@@ -281,14 +286,10 @@ def plot(document: dict, path: Path) -> None:
     axes[1].set_title("all-reduce option families")
     axes[1].legend(fontsize=7)
     runs = document["findings"]["dlrm_bindings"]
-    width = 0.8 / len(BINDINGS)
-    for j, binding in enumerate(BINDINGS):
-        axes[3].bar([x + (j - len(BINDINGS) / 2 + 0.5) * width for x in range(len(runs))],
-                    [r[binding]["iteration_seconds"] * 1e3 for r in runs.values()], width, label=binding)
-    axes[3].set_xticks(range(len(runs)), list(runs), fontsize=8)
+    grouped_bars(axes[3], list(runs), {binding: [r[binding]["iteration_seconds"] * 1e3 for r in runs.values()]
+                                       for binding in BINDINGS})
     axes[3].set_ylabel("iteration (ms)")
     axes[3].set_title("Syndicate, a2a / AR bound to channels (Fig. 18)")
-    axes[3].legend(fontsize=7)
     sp = document["speed"]
     bars = {f"cost_of\n{sp['dag_200']['nodes']} nodes": sp["dag_200"]["evaluations_per_second"],
             f"Python path\n{sp['dag_200']['nodes']} nodes": sp["dag_200"]["python_evaluations_per_second"],

@@ -147,8 +147,6 @@ class Problem:
     def unrolled_over(self, iterations: int) -> Problem:
         """This problem with the DAG unrolled over ``iterations`` (the options and
         their prices are shared, not rebuilt)."""
-        if iterations < 1:
-            raise InvalidInputError(f"iterations {iterations} must be >= 1")
         if iterations not in self._unrolled_over:
             other = copy.copy(self)
             other._unroll(iterations)

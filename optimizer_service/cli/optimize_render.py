@@ -23,7 +23,7 @@ def legend(problem: Problem) -> str:
 
 
 def table(problem: Problem, results: list[SystemResult]) -> str:
-    reference, steady_reference = baseline(results).seconds, baseline(results).steady_seconds
+    reference = baseline(results)
     lines = [f"{'system':<10} {'iteration':>11} {'vs BS+':>7} {'compute idle':>13} {'steady state':>13} "
              f"{'vs BS+':>7}  search"]
     for r in results:
@@ -31,9 +31,9 @@ def table(problem: Problem, results: list[SystemResult]) -> str:
         if r.search is not None:
             s = r.search
             search = f"{s.evaluations} evaluations in {s.elapsed:.1f} s, {s.accepted} accepted ({s.stopped_by})"
-        lines.append(f"{r.name:<10} {r.seconds * 1e3:>8.3f} ms {reference / r.seconds:>6.2f}x "
+        lines.append(f"{r.name:<10} {r.seconds * 1e3:>8.3f} ms {reference.seconds / r.seconds:>6.2f}x "
                      f"{r.evaluation.compute_idle_fraction * 100:>12.1f}% {r.steady_seconds * 1e3:>10.3f} ms "
-                     f"{steady_reference / r.steady_seconds:>6.2f}x  {search}")
+                     f"{reference.steady_seconds / r.steady_seconds:>6.2f}x  {search}")
     return "\n".join(lines)
 
 
@@ -44,7 +44,7 @@ def chosen_options(problem: Problem, result: SystemResult) -> list[dict]:
 
 def document(problem: Problem, results: list[SystemResult], plan: Plan, topology_name: str, seed: int,
              budget: float) -> dict:
-    reference, steady_reference = baseline(results).seconds, baseline(results).steady_seconds
+    reference = baseline(results)
     chosen = results[-1]
     search = chosen.search
     return {
@@ -56,9 +56,9 @@ def document(problem: Problem, results: list[SystemResult], plan: Plan, topology
         "budget_seconds": budget,
         "systems": [{"name": r.name, "iteration_seconds": r.seconds,
                      "compute_idle_fraction": r.evaluation.compute_idle_fraction,
-                     "speedup_over_bs_plus": reference / r.seconds,
+                     "speedup_over_bs_plus": reference.seconds / r.seconds,
                      "steady_state_seconds": r.steady_seconds,
-                     "steady_state_speedup_over_bs_plus": steady_reference / r.steady_seconds,
+                     "steady_state_speedup_over_bs_plus": reference.steady_seconds / r.steady_seconds,
                      "policy": str(r.policy),
                      "framework_order": r.framework_order, "options": chosen_options(problem, r)}
                     for r in results],

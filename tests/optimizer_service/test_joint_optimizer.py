@@ -165,8 +165,9 @@ def test_steady_state_counts_the_prefetch_the_first_iteration_cannot_have():
     six = problem.unrolled_over(6)
     assert six.iterations == 6 and problem.iterations == 2 and six.options is problem.options
     assert six.cost_of(choice) == pytest.approx((prep + 0.012) / 6)
-    with pytest.raises(InvalidInputError, match="iterations 0"):
+    with pytest.raises(InvalidInputError, match="cannot unroll 0 iterations"):
         problem.unrolled_over(0)
+    assert problem.unrolled_over(2) is problem and problem.iterations == 2
 
 
 def test_unknown_workloads_and_channels_are_one_line_errors():
