@@ -21,10 +21,18 @@
 //   template <class F> void successors(int task, F&& visit) const;
 // Successors may repeat (a repeated predecessor counts twice in the
 // in-degree, as in Python); their order does not matter.
+//
+// Interference (Python's "Interference"): a motif on a resource with drag
+// s > 0 makes the running compute task progress at 1 / (1 + sum of s) while
+// it runs; the compute task's end is an event taken before any decision at
+// or after its projected end, and only then releases its successors.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -57,6 +65,21 @@ inline int resource_of(const std::vector<int>& channels, int channel) {
     return 1 + static_cast<int>(std::lower_bound(channels.begin(), channels.end(), channel) - channels.begin());
 }
 
+// Each resource's drag (0 for the compute stream) from channel -> compute
+// slowdown; channels left out have none.
+inline std::vector<double> drags_of(const std::vector<int>& channels, const std::map<int, double>& slowdown) {
+    std::vector<double> drag(channels.size() + 1, 0.0);
+    for (std::size_t k = 0; k < channels.size(); ++k) {
+        const auto found = slowdown.find(channels[k]);
+        if (found == slowdown.end()) continue;
+        if (!(found->second >= 0.0) || std::isinf(found->second))
+            throw InvalidInput("channel " + std::to_string(channels[k]) + " has compute slowdown " +
+                               std::to_string(found->second) + "; it must be a number >= 0");
+        drag[k + 1] = found->second;
+    }
+    return drag;
+}
+
 // One task graph as flat arrays, refilled by its owner before each run.
 struct TaskArrays {
     std::vector<double> seconds;
@@ -65,6 +88,7 @@ struct TaskArrays {
     std::vector<int> indegree;   // predecessors, repeats counted
     std::vector<int> fifo;       // motifs by (program, index): the FIFO issue order (needed for FIFO)
     std::vector<int> lifo;       // motifs by (-program, index): the LIFO priority order (needed for LIFO)
+    std::vector<double> drag;    // per resource: how much longer compute takes while one of its motifs runs
     int resources = 1;           // the compute stream plus the channels
 
     int size() const { return static_cast<int>(seconds.size()); }
@@ -105,6 +129,59 @@ private:
     struct Pending {  // motifs released at one time, after the channel's last horizon
         double release;
         std::vector<int> tasks;
+    };
+    // The compute stream's running task under interference (Python's _Computing).
+    struct Computing {
+        int task = -1;
+        double since = 0.0, work = 0.0;            // its base seconds left at ``since``
+        std::vector<std::pair<double, double>> motifs;  // (end, drag) of the running motifs that slow it
+
+        void reset() {
+            task = -1;
+            since = work = 0.0;
+            motifs.clear();
+        }
+        void drop_ended(double now) {
+            std::size_t k = 0;
+            while (k < motifs.size() && motifs[k].first <= now) ++k;
+            if (k) motifs.erase(motifs.begin(), motifs.begin() + static_cast<std::ptrdiff_t>(k));
+        }
+        void begin(int i, double now, double seconds) {
+            drop_ended(now);
+            task = i;
+            since = now;
+            work = seconds;
+        }
+        void interfere(double now, double end, double drag) {
+            if (task >= 0) {
+                work = walk(now).second;
+                since = now;
+            }
+            drop_ended(now);
+            std::size_t k = motifs.size();
+            while (k > 0 && motifs[k - 1].first > end) --k;
+            motifs.insert(motifs.begin() + static_cast<std::ptrdiff_t>(k), {end, drag});
+        }
+        // (time, base seconds left) at ``until`` or at the task's end, whichever is first.
+        std::pair<double, double> walk(double until) const {
+            double t = since, w = work;
+            std::size_t k = 0;
+            while (true) {
+                while (k < motifs.size() && motifs[k].first <= t) ++k;
+                double drag = 0.0;
+                for (std::size_t j = k; j < motifs.size(); ++j) drag += motifs[j].second;
+                const double stop = k < motifs.size() && motifs[k].first < until ? motifs[k].first : until;
+                const double need = w * (1.0 + drag);
+                if (need <= stop - t) return {t + need, 0.0};
+                w -= (stop - t) / (1.0 + drag);
+                if (w < 0.0) w = 0.0;
+                t = stop;
+                if (t == until) return {t, w};
+            }
+        }
+        double finish() const {  // when the task ends if no further motif starts
+            return walk(std::numeric_limits<double>::infinity()).first;
+        }
     };
     struct Channel {
         std::vector<double> free;      // when each slot is free
@@ -169,6 +246,7 @@ private:
     std::vector<char> known_;
     std::vector<Released> compute_;  // a heap
     std::vector<Channel> channels_;  // channel k is resource k + 1
+    Computing computing_;
 
     void rank_motifs(const TaskArrays& tasks, Policy policy);
     void radix_sort();
@@ -235,6 +313,7 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
     const int n = tasks.size();
     const double* seconds = tasks.seconds.data();
     const int* resource = tasks.resource.data();
+    const double* drag = tasks.drag.empty() ? nullptr : tasks.drag.data();
     const bool fifo = policy == Policy::Fifo;
 
     // The channel key: minus the bottom level (duration plus the longest chain
@@ -262,6 +341,7 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
     end.assign(n, 0.0);
     order.clear();
     compute_.clear();
+    computing_.reset();
     double compute_free = 0.0;
     channels_.resize(tasks.resources - 1);
     for (Channel& channel : channels_) channel.reset(capacity, static_cast<int>(by_rank_.size()));
@@ -290,11 +370,17 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
     std::size_t head = 0;
     double last_issue = 0.0, clock = 0.0, makespan = 0.0;
     const int scanned = fifo ? 0 : static_cast<int>(channels_.size());  // under FIFO they follow the issue order
-    for (int done = 0; done < n; ++done) {
+    auto ended = [&](int i, double finish) {
+        graph.successors(i, [&](int s) {
+            if (finish > release[s]) release[s] = finish;
+            if (--waiting[s] == 0) arrive(s);
+        });
+    };
+    for (int done = 0; done < n || computing_.task >= 0;) {
         bool found = false;
         double best_time = 0.0;
         int best_resource = -1;
-        if (!compute_.empty()) {
+        if (!compute_.empty() && computing_.task < 0) {
             const double now = compute_free < clock ? clock : compute_free;
             const double first = compute_.front().release;
             found = true;
@@ -330,6 +416,18 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
                 best_resource = -2;
             }
         }
+        if (computing_.task >= 0) {
+            const double finish = computing_.finish();
+            if (!found || finish <= best_time) {  // it ends first: release what waits for it
+                const int i = computing_.task;
+                computing_.task = -1;
+                end[i] = finish;
+                if (finish > makespan) makespan = finish;
+                compute_free = finish;
+                ended(i, finish);
+                continue;
+            }
+        }
         if (!found)
             throw InvalidInput("no task can start: the FIFO order waits for a motif whose "
                                "predecessors come after it in submission order");
@@ -347,19 +445,20 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
             i = by_rank_[channel.ready.take_smallest()];
         }
         clock = best_time;
-        const double finish = best_time + seconds[i];
         start[i] = best_time;
+        order.push_back(i);
+        ++done;
+        const int r = resource[i];
+        if (r == 0) {
+            computing_.begin(i, best_time, seconds[i]);
+            continue;
+        }
+        const double finish = best_time + seconds[i];
         end[i] = finish;
         if (finish > makespan) makespan = finish;
-        if (resource[i] == 0)
-            compute_free = finish;
-        else
-            channels[resource[i] - 1].occupy(finish);
-        order.push_back(i);
-        graph.successors(i, [&](int s) {
-            if (finish > release[s]) release[s] = finish;
-            if (--waiting[s] == 0) arrive(s);
-        });
+        channels[r - 1].occupy(finish);
+        if (drag != nullptr && drag[r] > 0.0) computing_.interfere(best_time, finish, drag[r]);
+        ended(i, finish);
     }
     return makespan;
 }

@@ -68,7 +68,8 @@ ProblemGraph::ProblemGraph(const std::vector<int>& order, const std::vector<bool
                            const std::vector<std::vector<int>>& data_after,
                            const std::vector<std::vector<int>>& issue_after,
                            const std::vector<std::vector<TemplateSpec>>& template_sets,
-                           const std::vector<int>& slot_set, int iterations)
+                           const std::vector<int>& slot_set, int iterations,
+                           const std::map<int, double>& slowdown)
     : order_(order), slot_(slot), slot_set_(slot_set), is_comm_(is_comm.begin(), is_comm.end()), seconds_(seconds),
       iterations_(iterations) {
     const int nodes = static_cast<int>(is_comm.size());
@@ -102,6 +103,7 @@ ProblemGraph::ProblemGraph(const std::vector<int>& order, const std::vector<bool
         for (const auto& spec : set) values.insert(values.end(), std::get<1>(spec).begin(), std::get<1>(spec).end());
     const std::vector<int> channels = distinct_channels(std::move(values));
     tasks_.resources = static_cast<int>(channels.size()) + 1;
+    tasks_.drag = drags_of(channels, slowdown);
     for (const auto& set : template_sets) {
         sets_.emplace_back();
         for (const auto& spec : set) sets_.back().push_back(compile(spec, channels));

@@ -17,6 +17,7 @@
 // node-level successor lists.
 #pragma once
 
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -57,7 +58,7 @@ public:
                  const std::vector<int>& slot, const std::vector<std::vector<int>>& data_after,
                  const std::vector<std::vector<int>>& issue_after,
                  const std::vector<std::vector<TemplateSpec>>& template_sets, const std::vector<int>& slot_set,
-                 int iterations);
+                 int iterations, const std::map<int, double>& slowdown = {});
 
     // The iteration time of ``choice`` (one option index per slot): makespan / iterations.
     double cost(const std::vector<int>& choice, Policy policy, bool framework_order, int capacity);

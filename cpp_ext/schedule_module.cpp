@@ -30,9 +30,10 @@ PYBIND11_MODULE(_schedule_cpp, m) {
         .def(py::init<const std::vector<int>&, const std::vector<bool>&, const std::vector<double>&,
                       const std::vector<int>&, const std::vector<std::vector<int>>&,
                       const std::vector<std::vector<int>>&, const std::vector<std::vector<p2::TemplateSpec>>&,
-                      const std::vector<int>&, int>(),
+                      const std::vector<int>&, int, const std::map<int, double>&>(),
              py::arg("order"), py::arg("is_comm"), py::arg("seconds"), py::arg("slot"), py::arg("data_after"),
-             py::arg("issue_after"), py::arg("template_sets"), py::arg("slot_set"), py::arg("iterations"))
+             py::arg("issue_after"), py::arg("template_sets"), py::arg("slot_set"), py::arg("iterations"),
+             py::arg("slowdown") = std::map<int, double>{})
         .def(
             "cost",
             [](p2::ProblemGraph& self, const std::vector<int>& choice, int policy, bool framework_order,
@@ -44,12 +45,13 @@ PYBIND11_MODULE(_schedule_cpp, m) {
         "run",
         [](const std::vector<int>& channel, const std::vector<std::vector<int>>& successors,
            const std::vector<int>& program, const std::vector<int>& topological, const std::vector<double>& seconds,
-           int capacity, int policy) {
-            const p2::SuccessorGraph graph(channel, successors, program, topological, seconds);
+           int capacity, int policy, const std::map<int, double>& slowdown) {
+            const p2::SuccessorGraph graph(channel, successors, program, topological, seconds, slowdown);
             p2::ListScheduler scheduler;
             scheduler.run(graph, capacity, policy_of(policy));
             return py::make_tuple(scheduler.start, scheduler.end, scheduler.order);
         },
         py::arg("channel"), py::arg("successors"), py::arg("program"), py::arg("topological"), py::arg("seconds"),
-        py::arg("capacity"), py::arg("policy"), "(start, end, order) of every task, as Graph.run.");
+        py::arg("capacity"), py::arg("policy"), py::arg("slowdown") = std::map<int, double>{},
+        "(start, end, order) of every task, as Graph.run (slowdown: channel -> compute slowdown).");
 }

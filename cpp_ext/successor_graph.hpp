@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,13 +17,14 @@ class SuccessorGraph {
 public:
     SuccessorGraph(const std::vector<int>& channel, const std::vector<std::vector<int>>& successors,
                    const std::vector<int>& program, const std::vector<int>& topological,
-                   const std::vector<double>& seconds) {
+                   const std::vector<double>& seconds, const std::map<int, double>& slowdown = {}) {
         const int n = static_cast<int>(channel.size());
         if (successors.size() != channel.size() || program.size() != channel.size() ||
             topological.size() != channel.size() || seconds.size() != channel.size())
             throw InvalidInput("channel, successors, program, topological order and seconds differ in length");
         const std::vector<int> channels = distinct_channels(channel);
         tasks_.resources = static_cast<int>(channels.size()) + 1;
+        tasks_.drag = drags_of(channels, slowdown);
         tasks_.seconds = seconds;
         tasks_.program = program;
         tasks_.indegree.assign(n, 0);

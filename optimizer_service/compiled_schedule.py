@@ -19,7 +19,7 @@ even where it was built (read once, at import).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from optimizer_service.errors import InvalidInputError
@@ -65,7 +65,7 @@ class CompiledProblem:
         self._graph = native.ProblemGraph(
             list(problem.unrolled.order), [n.is_comm for n in nodes], [n.seconds for n in nodes],
             [problem.slot[problem._base[i]] if n.is_comm else -1 for i, n in enumerate(nodes)],
-            problem._data_after, problem._issue_after, sets, slot_set, problem.iterations)
+            problem._data_after, problem._issue_after, sets, slot_set, problem.iterations, problem.slowdown)
 
     def cost(self, choice: Sequence[int], policy: Policy, framework_order: bool) -> float:
         """Exactly ``Problem.cost_of`` (iteration time of ``choice``)."""
@@ -75,11 +75,11 @@ class CompiledProblem:
             raise InvalidInputError(str(error)) from None
 
 
-def run(graph: Graph, seconds: Sequence[float], capacity: int = 1, policy: Policy = Policy.CRITICAL_PATH
-        ) -> tuple[list[float], list[float], list[int]]:
-    """Exactly ``graph.run(seconds, capacity, policy)``, in C++ (needs :data:`native`)."""
+def run(graph: Graph, seconds: Sequence[float], capacity: int = 1, policy: Policy = Policy.CRITICAL_PATH,
+        slowdown: Mapping[int, float] | None = None) -> tuple[list[float], list[float], list[int]]:
+    """Exactly ``graph.run(seconds, capacity, policy, slowdown)``, in C++ (needs :data:`native`)."""
     try:
         return native.run(graph.channel, graph.successors, graph.program, list(graph.topological), seconds,
-                          capacity, _policy_code(policy))
+                          capacity, _policy_code(policy), dict(slowdown or {}))
     except native.InvalidInput as error:
         raise InvalidInputError(str(error)) from None

@@ -129,6 +129,8 @@ class Problem:
             self.options.append(built[key][0])
             self.templates.append(built[key][1])
         self.slot = {node: k for k, node in enumerate(self.comm_nodes)}
+        #: channel -> how much longer compute takes while one of its motifs runs (scheduler "Interference")
+        self.slowdown = cost.topology.compute_slowdowns()
         if not self.comm_nodes:
             raise InvalidInputError(f"workload {dag.name!r} has no comm-ops to plan")
         self._unroll(iterations)
@@ -141,7 +143,6 @@ class Problem:
         self._base = [k % per_iteration for k in range(len(self.unrolled.nodes))]
         self._data_after = [[self.unrolled.index[b] for b in node.after] for node in self.unrolled.nodes]
         self._issue_after = [[self.unrolled.index[b] for b in node.issued_after] for node in self.unrolled.nodes]
-        self.compute_seconds = sum(n.seconds for n in self.unrolled.nodes if not n.is_comm)
         self.compiled = compiled_schedule.CompiledProblem(self) if compiled_schedule.native is not None else None
 
     def unrolled_over(self, iterations: int) -> Problem:
@@ -212,9 +213,10 @@ class Problem:
     def evaluate(self, choice: Sequence[int], policy: Policy = Policy.CRITICAL_PATH,
                  framework_order: bool = False) -> Evaluation:
         graph, seconds, task_node, task_motifs = self.graph(choice, framework_order)
-        start, end, order = graph.run(seconds, 1, policy)
+        start, end, order = graph.run(seconds, 1, policy, self.slowdown)
         makespan = max(end, default=0.0)
-        idle = 1.0 - self.compute_seconds / makespan if makespan > 0 else 0.0
+        busy = sum(end[i] - start[i] for i, c in enumerate(graph.channel) if c == COMPUTE)
+        idle = 1.0 - busy / makespan if makespan > 0 else 0.0
         return Evaluation(makespan / self.iterations, makespan, idle, start, end, order, task_node, task_motifs,
                           graph.channel, graph)
 
@@ -229,5 +231,5 @@ class Problem:
                        framework_order: bool = False) -> float:
         """Iteration time of ``choice``: the unrolled makespan over the iterations."""
         graph, seconds, _, _ = self.graph(choice, framework_order)
-        _, end, _ = graph.run(seconds, 1, policy)
+        _, end, _ = graph.run(seconds, 1, policy, self.slowdown)
         return max(end, default=0.0) / self.iterations

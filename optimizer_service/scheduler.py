@@ -33,6 +33,19 @@ does exactly that without the text's garbled loop structure:
   that ends later, so no decision is ever taken without the tasks it could
   have chosen.
 
+**Interference** (our addition; Syndicate §6.6 calls the channel of NCCL
+"GPU-driven" and that of UCC "CPU-driven"): a GPU-driven collective runs
+kernels that hold some of the GPU's SMs, so compute overlapped with it runs
+slower, while a host-staged transfer leaves them free. ``slowdown`` gives
+each channel ``s`` such that compute takes ``1 + s`` times as long while one
+of its motifs runs, ``1 + s₁ + s₂ + …`` while several do: the compute task
+progresses at rate ``1 / (1 + Σ s)``, piecewise between motif starts and
+ends. A compute task's end is therefore known only once no motif can start
+before it: the stream's running task ends as an event, taken before any
+decision at or after its projected end, and only then releases its
+successors. Motifs are not slowed by compute. With no slowdown every task
+takes exactly its duration.
+
 Sequence numbers follow start times; motifs that start at the same instant on
 different channels share a number — they are meant to overlap (§4.4, "two or
 more motifs can be assigned the same priority").
@@ -45,7 +58,8 @@ compiled once into flat lists, which the search re-times many times
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -89,7 +103,7 @@ class Schedule:
         return max(self.end, default=0.0)
 
     def compute_idle_fraction(self, tasks: Sequence[Task]) -> float:
-        busy = sum(t.seconds for t in tasks if t.is_compute)
+        busy = sum(self.end[i] - self.start[i] for i, t in enumerate(tasks) if t.is_compute)
         return 1.0 - busy / self.seconds if self.seconds > 0 else 0.0
 
 
@@ -99,13 +113,15 @@ def bottom_levels(tasks: Sequence[Task]) -> list[float]:
     return graph.bottom_levels([t.seconds for t in tasks])
 
 
-def schedule(tasks: Sequence[Task], capacity: int = 1, policy: Policy = Policy.CRITICAL_PATH) -> Schedule:
-    """Schedule ``tasks`` (module docstring); every channel runs ``capacity`` motifs at once."""
+def schedule(tasks: Sequence[Task], capacity: int = 1, policy: Policy = Policy.CRITICAL_PATH,
+             slowdown: Mapping[int, float] | None = None) -> Schedule:
+    """Schedule ``tasks`` (module docstring); every channel runs ``capacity`` motifs at once;
+    ``slowdown``: channel -> how much longer compute takes while one of its motifs runs."""
     for task in tasks:
         if not task.seconds >= 0:
             raise InvalidInputError(f"task {task.name!r} has duration {task.seconds!r}; it must be >= 0")
     graph = Graph.of(tasks)
-    start, end, order = graph.run([t.seconds for t in tasks], capacity, policy)
+    start, end, order = graph.run([t.seconds for t in tasks], capacity, policy, slowdown)
     return Schedule(tuple(start), tuple(end), tuple(order), graph.sequence(start, order))
 
 
@@ -170,9 +186,11 @@ class Graph:
             level[index] = seconds[index] + best
         return level
 
-    def run(self, seconds: Sequence[float], capacity: int = 1, policy: Policy = Policy.CRITICAL_PATH
-            ) -> tuple[list[float], list[float], list[int]]:
-        """``(start, end, order)`` of every task under ``policy`` (module docstring)."""
+    def run(self, seconds: Sequence[float], capacity: int = 1, policy: Policy = Policy.CRITICAL_PATH,
+            slowdown: Mapping[int, float] | None = None) -> tuple[list[float], list[float], list[int]]:
+        """``(start, end, order)`` of every task under ``policy`` (module docstring);
+        ``slowdown``: channel -> how much longer compute takes while one of its
+        motifs runs ("Interference" in the module docstring)."""
         if capacity < 1:
             raise InvalidInputError(f"channel capacity {capacity} must be at least 1")
         n = self.size
@@ -192,6 +210,10 @@ class Graph:
         slot_of = {c: k + 1 for k, c in enumerate(self.channels)}
         resource = [0 if c == COMPUTE else slot_of[c] for c in channel]
         count = len(self.channels) + 1
+        drag = [0.0] + [float((slowdown or {}).get(c, 0.0)) for c in self.channels]
+        for c, s in zip(self.channels, drag[1:]):
+            if not 0.0 <= s < math.inf:
+                raise InvalidInputError(f"channel {c} has compute slowdown {s!r}; it must be a number >= 0")
         # A task's priority on its resource: compute FIFO (release, index), a channel by ``key``.
         pending: list[list] = [[] for _ in range(count)]     # (release, priority, index): predecessors done
         ready: list[list] = [[] for _ in range(count)]       # (priority, index): released by the resource's time
@@ -200,6 +222,7 @@ class Graph:
         fifo_order, head, last_issue = (self.fifo if fifo else []), 0, 0.0
         clock = 0.0     # decisions are taken in time order; no start is earlier than the last
         known = [False] * n
+        computing = _Computing()
 
         def arrive(i: int) -> None:
             if fifo and resource[i]:
@@ -213,13 +236,21 @@ class Graph:
                 _, priority, i = pop(waiting_queue)
                 push(queue, (priority, i))
 
+        def ended(i: int, finish: float) -> None:
+            for s in successors[i]:
+                if finish > release[s]:
+                    release[s] = finish
+                waiting[s] -= 1
+                if waiting[s] == 0:
+                    arrive(s)
+
         for i in range(n):
             if waiting[i] == 0:
                 arrive(i)
-        while len(order) < n:
+        while len(order) < n or computing.task >= 0:
             best_time, best_resource = None, -1
             for r in range(count):
-                if fifo and r:
+                if (fifo and r) or (r == 0 and computing.task >= 0):
                     continue
                 now = min(free[r])
                 if now < clock:
@@ -239,6 +270,15 @@ class Graph:
                 t = max(release[i], min(slots), last_issue, clock)
                 if best_time is None or t < best_time:
                     best_time, best_resource = t, -2
+            if computing.task >= 0:
+                finish = computing.finish()
+                if best_time is None or finish <= best_time:    # it ends first: release what waits for it
+                    i = computing.task
+                    computing.task = -1
+                    end[i] = finish
+                    free[0][0] = finish
+                    ended(i, finish)
+                    continue
             if best_time is None:
                 raise InvalidInputError("no task can start: the FIFO order waits for a motif whose "
                                         "predecessors come after it in submission order")
@@ -246,23 +286,24 @@ class Graph:
                 i = fifo_order[head]
                 head += 1
                 last_issue = best_time
-                slots = free[resource[i]]
             else:
                 r = best_resource
                 drain(r, best_time)            # it may start a task released only now
                 i = pop(ready[r])[1]
-                slots = free[r]
             clock = best_time
-            finish = best_time + seconds[i]
-            start[i], end[i] = best_time, finish
-            slots[slots.index(min(slots))] = finish
+            start[i] = best_time
             order.append(i)
-            for s in successors[i]:
-                if finish > release[s]:
-                    release[s] = finish
-                waiting[s] -= 1
-                if waiting[s] == 0:
-                    arrive(s)
+            r = resource[i]
+            if r == 0:
+                computing.begin(i, best_time, seconds[i])
+                continue
+            finish = best_time + seconds[i]
+            end[i] = finish
+            slots = free[r]
+            slots[slots.index(min(slots))] = finish
+            if drag[r] > 0.0:
+                computing.interfere(best_time, finish, drag[r])
+            ended(i, finish)
         return start, end, order
 
     def sequence(self, start: Sequence[float], order: Sequence[int]) -> dict[int, int]:
@@ -276,3 +317,69 @@ class Graph:
                 number, previous = number + 1, start[i]
             sequence[i] = number
         return sequence
+
+
+class _Computing:
+    """The compute stream's running task under interference: the base seconds
+    of it left at ``since``, and the motifs running that slow it (their ends,
+    ascending, and drags), so its end is known only as far as the motifs that
+    started so far go ("Interference" in the module docstring)."""
+
+    __slots__ = ("task", "since", "work", "motifs")
+
+    def __init__(self) -> None:
+        self.task = -1
+        self.since = 0.0
+        self.work = 0.0
+        self.motifs: list[tuple[float, float]] = []   # (end, drag), by end, then start
+
+    def _drop_ended(self, now: float) -> None:
+        motifs = self.motifs
+        k = 0
+        while k < len(motifs) and motifs[k][0] <= now:
+            k += 1
+        if k:
+            del motifs[:k]
+
+    def begin(self, task: int, now: float, seconds: float) -> None:
+        self._drop_ended(now)
+        self.task, self.since, self.work = task, now, seconds
+
+    def interfere(self, now: float, end: float, drag: float) -> None:
+        """A motif that slows compute by ``drag`` runs from ``now`` to ``end``."""
+        if self.task >= 0:
+            self.work = self._walk(now)[1]
+            self.since = now
+        self._drop_ended(now)
+        motifs = self.motifs
+        k = len(motifs)
+        while k > 0 and motifs[k - 1][0] > end:
+            k -= 1
+        motifs.insert(k, (end, drag))
+
+    def _walk(self, until: float) -> tuple[float, float]:
+        """Run the task on from ``since`` through the running motifs' ends:
+        ``(time, base seconds left)`` at ``until`` or at its end, whichever is
+        first (``until = inf``: at its end)."""
+        t, work, motifs = self.since, self.work, self.motifs
+        k = 0
+        while True:
+            while k < len(motifs) and motifs[k][0] <= t:
+                k += 1
+            drag = 0.0
+            for j in range(k, len(motifs)):
+                drag += motifs[j][1]
+            stop = motifs[k][0] if k < len(motifs) and motifs[k][0] < until else until
+            need = work * (1.0 + drag)
+            if need <= stop - t:
+                return t + need, 0.0
+            work -= (stop - t) / (1.0 + drag)
+            if work < 0.0:
+                work = 0.0
+            t = stop
+            if t == until:
+                return t, work
+
+    def finish(self) -> float:
+        """When the running task ends if no further motif starts."""
+        return self._walk(math.inf)[0]

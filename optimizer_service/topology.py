@@ -36,6 +36,12 @@ A :class:`Link` says which traffic it carries and how fast:
   is faster with GPUs"; a CPU-driven channel staging through host memory
   sums on host cores, which this rate models
   (:mod:`optimizer_service.costmodel`, "Reduction").
+* ``compute_slowdown`` — 0 (the default) or how much longer the GPU's compute
+  takes while a motif on this link's channel runs: 0.25 means 25 % longer. A
+  GPU-driven channel (NCCL) runs kernels that hold some of the SMs; a
+  host-staged channel leaves them free. A channel's value is the largest of its
+  links' (:meth:`Topology.compute_slowdowns`); the scheduler applies it
+  (:mod:`optimizer_service.scheduler`, "Interference").
 
 Topologies are values: built from a dict or YAML text (``from_yaml``), written
 back by ``to_yaml`` (round-trip), and validated on construction with messages
@@ -90,13 +96,15 @@ class Link:
     channel: int = 0
     incast: float = 0.0
     reduction: float = 0.0
+    compute_slowdown: float = 0.0
 
     def __str__(self) -> str:
         text = (f"{self.name}@{','.join(self.levels)} {format_rate(self.bandwidth)} "
                 f"{format_seconds(self.latency)} shared_by={self.shared_by}")
         text += f" channel={self.channel}" if self.channel else ""
         text += f" incast={self.incast:g}" if self.incast else ""
-        return text + (f" reduction={format_rate(self.reduction)}" if self.reduction else "")
+        text += f" reduction={format_rate(self.reduction)}" if self.reduction else ""
+        return text + (f" compute_slowdown={self.compute_slowdown:g}" if self.compute_slowdown else "")
 
 
 @dataclass(frozen=True)
@@ -149,6 +157,16 @@ class Topology:
         """The channels some link is on, ascending (always includes 0)."""
         return tuple(sorted({0} | {link.channel for link in self.links}))
 
+    def compute_slowdowns(self) -> dict[int, float]:
+        """Channel -> how much longer compute takes while one of its motifs runs
+        (the largest ``compute_slowdown`` of the channel's links; channels with
+        none are left out)."""
+        slowdowns: dict[int, float] = {}
+        for link in self.links:
+            if link.compute_slowdown > slowdowns.get(link.channel, 0.0):
+                slowdowns[link.channel] = link.compute_slowdown
+        return slowdowns
+
     def describe(self) -> str:
         """Multi-line human description (``p2 topology show``)."""
         lines = [f"topology {self.name}: {self.device_count} devices, hierarchy "
@@ -167,7 +185,9 @@ class Topology:
                          f"{format_seconds(link.latency):>6}, shared by {link.shared_by} "
                          f"device(s) ({instances} instance(s))"
                          + (f", incast {link.incast:g} per extra flow" if link.incast else "")
-                         + (f", reduces {format_rate(link.reduction)} per device" if link.reduction else ""))
+                         + (f", reduces {format_rate(link.reduction)} per device" if link.reduction else "")
+                         + (f", compute {link.compute_slowdown:.0%} slower while it carries a motif"
+                            if link.compute_slowdown else ""))
         return "\n".join(lines)
 
     # ------------------------------------------------------------ text form
@@ -186,6 +206,7 @@ class Topology:
                 **({"channel": link.channel} if link.channel else {}),
                 **({"incast": link.incast} if link.incast else {}),
                 **({"reduction": format_rate(link.reduction)} if link.reduction else {}),
+                **({"compute_slowdown": link.compute_slowdown} if link.compute_slowdown else {}),
             }
             for link in self.links
         ]
@@ -252,7 +273,8 @@ def _link_from(item: Any, index: int, source: str) -> Link:
     where = f"{source}: links[{index}]"
     if not isinstance(item, dict):
         raise InvalidInputError(f"{where} must be a mapping")
-    allowed = {"name", "level", "levels", "bandwidth", "latency", "shared_by", "channel", "incast", "reduction"}
+    allowed = {"name", "level", "levels", "bandwidth", "latency", "shared_by", "channel", "incast", "reduction",
+               "compute_slowdown"}
     _check_keys(item, allowed, {"name", "bandwidth", "latency"}, where)
     if ("level" in item) == ("levels" in item):
         raise InvalidInputError(f"{where}: give exactly one of 'level' (a name) or 'levels' (a list)")
@@ -268,6 +290,10 @@ def _link_from(item: Any, index: int, source: str) -> Link:
     incast = item.get("incast", 0.0)
     if isinstance(incast, bool) or not isinstance(incast, (int, float)):
         raise InvalidInputError(f"{where}: incast {incast!r} must be a number (the slowdown per incoming flow beyond shared_by)")
+    compute_slowdown = item.get("compute_slowdown", 0.0)
+    if isinstance(compute_slowdown, bool) or not isinstance(compute_slowdown, (int, float)):
+        raise InvalidInputError(f"{where}: compute_slowdown {compute_slowdown!r} must be a number (0.25: compute "
+                                f"takes 25 % longer while a motif on this channel runs)")
     try:
         bandwidth = parse_rate(item["bandwidth"])
         latency = parse_seconds(item["latency"])
@@ -279,7 +305,8 @@ def _link_from(item: Any, index: int, source: str) -> Link:
         raise InvalidInputError(f"{where} ({item['name']}): reduction {item['reduction']!r} must be a positive rate "
                                 f"such as 5GB/s (bytes a device combines per second), or left out") from None
     return Link(name=str(item["name"]), levels=tuple(str(x) for x in levels), bandwidth=bandwidth,
-                latency=latency, shared_by=shared_by, channel=channel, incast=float(incast), reduction=reduction)
+                latency=latency, shared_by=shared_by, channel=channel, incast=float(incast), reduction=reduction,
+                compute_slowdown=float(compute_slowdown))
 
 
 def _validate(topology: Topology) -> None:
@@ -320,6 +347,10 @@ def _validate(topology: Topology) -> None:
         if not link.reduction >= 0 or not math.isfinite(link.reduction):
             raise InvalidInputError(f"{where}: link {link.name!r} has reduction {link.reduction!r}; it must be a rate > 0 "
                                     f"(bytes a device combines per second), or left out")
+        if not 0 <= link.compute_slowdown <= 10 or not math.isfinite(link.compute_slowdown):
+            raise InvalidInputError(f"{where}: link {link.name!r} has compute_slowdown {link.compute_slowdown!r}; it "
+                                    f"must be in [0, 10] (0.25: compute takes 25 % longer while a motif on its "
+                                    f"channel runs)")
         for level_name in link.levels:
             if level_name not in seen:
                 raise InvalidInputError(

@@ -1,6 +1,7 @@
 """The C++ twin of optSched and of Problem.cost_of (cpp_ext/, optimizer_service.compiled_schedule):
 built in this checkout, and bit-identical to the Python scheduler."""
 
+import dataclasses
 import functools
 import importlib
 import os
@@ -38,6 +39,16 @@ def workload_problem(name: str) -> Problem:
     return Problem(build(name, cost_model().topology), cost_model())
 
 
+@functools.cache
+def slowed_problem(name: str) -> Problem:
+    """The workload where channel 0's motifs slow compute by 25 % (scheduler "Interference")."""
+    topology = cost_model().topology
+    links = tuple(dataclasses.replace(link, compute_slowdown=0.25) if link.channel == 0 else link
+                  for link in topology.links)
+    cost = MotifCostModel(dataclasses.replace(topology, links=links))
+    return Problem(build(name, cost.topology), cost)
+
+
 def outcome(price, *args):
     """A cost, or the message of the InvalidInputError it raises."""
     try:
@@ -62,9 +73,11 @@ def test_p2_pure_python_turns_it_off():
 
 
 @native
-@pytest.mark.parametrize("name", workload_names())
-def test_every_workload_costs_exactly_the_same(name):
-    problem = workload_problem(name)
+@pytest.mark.parametrize("name,slowed", [(name, False) for name in workload_names()]
+                         + [("dlrm-a2", True), ("fsdp", True)])
+def test_every_workload_costs_exactly_the_same(name, slowed):
+    problem = slowed_problem(name) if slowed else workload_problem(name)
+    assert bool(problem.slowdown) == slowed
     rng = random.Random(name)
     choices = [problem.greedy(), problem.default()]
     choices += [[rng.randrange(len(options)) for options in problem.options] for _ in range(18)]
@@ -115,8 +128,18 @@ def task_graphs(draw):
 @native
 @settings(max_examples=150, deadline=None)
 @given(graph=task_graphs(), capacity=st.integers(1, 3), policy=st.sampled_from(list(Policy)),
-       ordered=st.booleans())
-def test_random_graphs_schedule_exactly_the_same(graph, capacity, policy, ordered):
+       ordered=st.booleans(), slowdown=st.sampled_from([{}, {0: 0.25}, {0: 0.25, 4: 1.0}, {1: 0.3, 0: 0.0}]))
+def test_random_graphs_schedule_exactly_the_same(graph, capacity, policy, ordered, slowdown):
     channel, after, program, seconds = graph
     g = Graph(channel, after, program, ordered=ordered)    # ordered keeps repeated edges, else sorts
-    assert outcome(compiled_schedule.run, g, seconds, capacity, policy) == outcome(g.run, seconds, capacity, policy)
+    assert (outcome(compiled_schedule.run, g, seconds, capacity, policy, slowdown)
+            == outcome(g.run, seconds, capacity, policy, slowdown))
+
+
+@native
+def test_a_bad_slowdown_fails_alike():
+    g = Graph([COMPUTE, 0], [[], []], [0, 1])
+    python = outcome(g.run, [1.0, 1.0], 1, Policy.CRITICAL_PATH, {0: -1.0})
+    assert python.startswith("InvalidInputError: channel 0 has compute slowdown -1.0")
+    assert outcome(compiled_schedule.run, g, [1.0, 1.0], 1, Policy.CRITICAL_PATH, {0: -1.0}).startswith(
+        "InvalidInputError: channel 0 has compute slowdown -1")

@@ -1,5 +1,6 @@
 """The joint optimizer end to end in simulation: templates, policies, MCMC search, baselines, the plan."""
 
+import dataclasses
 import itertools
 
 import pytest
@@ -87,6 +88,25 @@ def test_the_joint_plan_beats_the_greedy_one_by_using_the_other_channel():
     assert a2a.channel != ar.channel or "split" in a2a.channel + ar.channel
     exhaustive = min(problem.cost_of(c) for c in itertools.product(*[range(len(o)) for o in problem.options]))
     assert found.seconds == pytest.approx(exhaustive, rel=0.02)
+
+
+def test_a_gpu_driven_channel_that_slows_compute_sends_the_overlapped_op_to_the_other():
+    # An all-reduce beside 10 ms of compute: it hides on either channel, unless channel 0's
+    # kernels slow the compute (scheduler "Interference"); then the search moves it to channel 1.
+    dag = TrainingDAG("overlap", (compute("fwd", 0.010), comm("ar", Kind.ALL_REDUCE, range(32), 1_000_000),
+                                  compute("step", 0.001, "fwd", "ar")))
+    links = tuple(dataclasses.replace(link, compute_slowdown=1.0) if link.channel == 0 else link
+                  for link in TOPOLOGY.links)
+    plain = Problem(dag, COST)
+    slowed = Problem(dag, MotifCostModel(dataclasses.replace(TOPOLOGY, links=links)))
+    assert slowed.slowdown == {0: 1.0} and plain.slowdown == {}
+    greedy = plain.greedy()
+    assert plain.options[0][greedy[0]].channel == "ch0" and slowed.greedy() == greedy
+    assert plain.cost_of(greedy) == pytest.approx(0.011)                  # hidden behind fwd
+    assert slowed.cost_of(greedy) > 0.011 + 1e-5                          # fwd pays for it
+    assert slowed.evaluate(greedy).compute_idle_fraction == pytest.approx(0.0, abs=1e-12)  # slower, not idle
+    found = mcmc(slowed, greedy, budget=30, seed=0)
+    assert slowed.options[0][found.choice[0]].channel == "ch1" and found.seconds == pytest.approx(0.011)
 
 
 def test_search_never_worsens_its_start_and_is_deterministic_per_seed():

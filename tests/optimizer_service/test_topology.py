@@ -93,6 +93,8 @@ def test_unknown_topology_names_the_presets():
 @pytest.mark.parametrize("field,attribute,value,text,described", [
     ("incast: 0.003", "incast", 0.003, "incast=0.003", "incast 0.003 per extra flow"),
     ("reduction: 5GB/s", "reduction", 5e9, "reduction=5GB/s", "reduces 5GB/s per device"),
+    ("compute_slowdown: 0.25", "compute_slowdown", 0.25, "compute_slowdown=0.25",
+     "compute 25% slower while it carries a motif"),
 ])
 def test_optional_link_fields_round_trip_and_are_described(field, attribute, value, text, described):
     topo = Topology.from_yaml(GOOD.replace("shared_by: 4}", f"shared_by: 4, {field}}}"))
@@ -101,6 +103,21 @@ def test_optional_link_fields_round_trip_and_are_described(field, attribute, val
     assert Topology.from_yaml(topo.to_yaml()) == topo
     assert described in topo.describe()
     assert attribute not in Topology.from_yaml(GOOD).to_yaml()
+
+
+def test_a_channel_slows_compute_by_the_largest_slowdown_of_its_links():
+    topo = Topology.from_yaml(GOOD.replace("shared_by: 4}", "shared_by: 4, compute_slowdown: 0.25}")
+                              .replace("latency: 2us}", "latency: 2us, compute_slowdown: 0.5}"))
+    assert topo.compute_slowdowns() == {0: 0.5}
+    assert Topology.from_yaml(GOOD).compute_slowdowns() == {}
+
+
+@pytest.mark.parametrize("value,message", [("-0.1", "must be in \\[0, 10\\]"), ("11", "must be in \\[0, 10\\]"),
+                                           ("lots", "must be a number")])
+def test_a_bad_compute_slowdown_is_one_line(value, message):
+    with pytest.raises(InvalidInputError, match=message) as error:
+        Topology.from_yaml(GOOD.replace("shared_by: 4}", f"shared_by: 4, compute_slowdown: {value}}}"))
+    assert "\n" not in str(error.value) and "compute_slowdown" in str(error.value)
 
 
 @pytest.mark.parametrize("value", ["0GB/s", "fast", "-1GB/s"])
