@@ -20,7 +20,10 @@ measured and reported, never asserted:
   which both run at once on different channels; (d) Figure 18's comparison:
   Syndicate's search with every all-to-all and all-reduce bound to one channel
   each (a2a on ch1 + AR on ch0, the paper's choice; the reverse; both on ch0)
-  and free per motif.
+  and free per motif; (e) the same bindings as a microbenchmark: one
+  all-to-all (256 KiB blocks) issued beside one all-reduce of 1 MiB … 1 GiB,
+  each binding's best plan found exhaustively — which binding wins as the
+  all-reduce grows relative to the all-to-all.
 * **speed** — (a) ``fsdp`` with 40 layers (200 nodes): evaluations per second
   of ``Problem.cost_of`` under random one-op changes (goal >= 2,000/s), per
   scheduling policy, on the C++ path and on the pure-Python one
@@ -29,13 +32,19 @@ measured and reported, never asserted:
   why, and when its final best was found (goal: converged within 10 s).
 
 Writes ``optimize.json`` and ``optimize.png`` under ``--out`` and prints a summary.
+``--compute-slowdown S`` is a what-if: the same run where channel 0's motifs
+(NCCL's GPU kernels) make compute take ``1 + S`` times as long (scheduler
+"Interference"; no preset sets it), written to
+``optimize-compute-slowdown-S.{json,png}``.
 
     .venv/bin/python benchmarks/optimize.py [--budget 5] [--seed 0] [--workloads dlrm-a1 cnn-dp] [--quick]
+                                            [--compute-slowdown 0.25]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import random
@@ -58,6 +67,8 @@ TOPOLOGY = "hgx2-4n"
 AR_SIZES = [4**k * 2**10 for k in range(1, 11)]       # 4 KiB … 1 GiB
 A2A_SIZES = [4**k * 2**10 for k in range(9)]          # 1 KiB … 64 MiB per destination block
 DLRM = ("dlrm-a1", "dlrm-a2", "dlrm-a3")
+OVERLAP_A2A_BLOCK = 2**18                              # 256 KiB per destination block: 8 MiB per rank
+OVERLAP_AR_SIZES = [4**k * 2**20 for k in range(6)]   # 1 MiB … 1 GiB
 
 
 def label(nbytes: int) -> str:
@@ -191,6 +202,32 @@ def bindings(kept: dict, budget: float, seed: int) -> dict:
     return out
 
 
+def bound_overlap(cost, a2a_block: int, ar_sizes: list[int]) -> list[dict]:
+    """Section (e), Figure 18 as a microbenchmark: a 32-rank all-to-all (``a2a_block``
+    bytes per destination) and an all-reduce issued together, the best plan of each
+    binding of :data:`BINDINGS` found exhaustively (one iteration)."""
+    rows = []
+    for nbytes in ar_sizes:
+        dag = TrainingDAG("a2a-ar", (compute("c", 1e-6), comm("a2a", Kind.ALL_TO_ALL, range(32), a2a_block // 4, "c"),
+                                     comm("ar", Kind.ALL_REDUCE, range(32), nbytes // 4, "c"),
+                                     compute("step", 1e-6, "a2a", "ar")))
+        problem = Problem(dag, cost, iterations=1)
+        alone = [min(t.isolated for o, t in zip(options, templates) if o.channel == "ch0")
+                 for options, templates in zip(problem.options, problem.templates)]
+        best = {}
+        for binding, channel_of in BINDINGS.items():
+            fits = [[k for k, o in enumerate(options) if channel_of.get(kind, o.channel) == o.channel]
+                    for kind, options in zip((Kind.ALL_TO_ALL, Kind.ALL_REDUCE), problem.options)]
+            seconds, a, r = min((problem.cost_of([a, r]), a, r) for a in fits[0] for r in fits[1])
+            best[binding] = {"seconds": seconds, "all_to_all": problem.options[0][a].name,
+                             "all_reduce": problem.options[1][r].name}
+        bound = {b: v["seconds"] for b, v in best.items() if b != "free"}
+        rows.append({"a2a_block_bytes": a2a_block, "all_reduce_bytes": nbytes,
+                     "all_reduce_over_all_to_all_alone": alone[1] / alone[0], "plans": best,
+                     "best_binding": min(bound, key=bound.get)})
+    return rows
+
+
 def findings(cost, kept: dict, quick: bool, budget: float, seed: int) -> dict:
     print("findings ...", flush=True)
     ar = allreduce_families(cost, AR_SIZES[::3] if quick else AR_SIZES)
@@ -201,7 +238,8 @@ def findings(cost, kept: dict, quick: bool, budget: float, seed: int) -> dict:
                        if problem.dag.nodes[node].comm.kind is Kind.ALL_TO_ALL}
                 for name, (problem, syn) in kept.items() if name in DLRM}
     return {"all_reduce": ar, "all_to_all": a2a, "dlrm_all_to_all_choices": dlrm_a2a,
-            "dlrm_channels": channel_findings(kept), "dlrm_bindings": bindings(kept, budget, seed)}
+            "dlrm_channels": channel_findings(kept), "dlrm_bindings": bindings(kept, budget, seed),
+            "bound_overlap": bound_overlap(cost, OVERLAP_A2A_BLOCK, OVERLAP_AR_SIZES[::2] if quick else OVERLAP_AR_SIZES)}
 
 
 def rate(price, problem: Problem, policy: Policy, window: float, seed: int) -> float:
@@ -266,7 +304,7 @@ def plot(document: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 4, figsize=(22, 4.2))
+    fig, axes = plt.subplots(1, 5, figsize=(27, 4.2))
     rows = document["systems"]
     names = [s for s in SYSTEMS if s != "BS+"]
     grouped_bars(axes[0], list(rows), {system: [r["systems"][system]["speedup_over_bs+"] for r in rows.values()]
@@ -290,6 +328,14 @@ def plot(document: dict, path: Path) -> None:
                                        for binding in BINDINGS})
     axes[3].set_ylabel("iteration (ms)")
     axes[3].set_title("Syndicate, a2a / AR bound to channels (Fig. 18)")
+    micro = document["findings"]["bound_overlap"]
+    for binding in BINDINGS:
+        axes[4].loglog([r["all_reduce_bytes"] for r in micro], [r["plans"][binding]["seconds"] * 1e3 for r in micro],
+                       marker=".", label=binding, ls="--" if binding == "free" else "-")
+    axes[4].set_xlabel(f"all-reduce bytes beside a {label(OVERLAP_A2A_BLOCK)}-block all-to-all (32 ranks)")
+    axes[4].set_ylabel("best plan (ms)")
+    axes[4].set_title("a2a beside AR, by binding (Fig. 18 microbenchmark)")
+    axes[4].legend(fontsize=7)
     sp = document["speed"]
     bars = {f"cost_of\n{sp['dag_200']['nodes']} nodes": sp["dag_200"]["evaluations_per_second"],
             f"Python path\n{sp['dag_200']['nodes']} nodes": sp["dag_200"]["python_evaluations_per_second"],
@@ -345,6 +391,14 @@ def report(document: dict) -> None:
     for name, runs in f["dlrm_bindings"].items():
         print(f"  {name}: " + "; ".join(f"{b} {r['iteration_seconds'] * 1e3:.2f} | {r['steady_state_seconds'] * 1e3:.2f} ms"
                                         for b, r in runs.items()))
+    print(f"Figure 18 as a microbenchmark: a {label(OVERLAP_A2A_BLOCK)}-block all-to-all beside an all-reduce, "
+          f"best plan per binding (ms)")
+    for r in f["bound_overlap"]:
+        plans = r["plans"]
+        print(f"  AR {label(r['all_reduce_bytes']):>8} ({r['all_reduce_over_all_to_all_alone']:5.2f}x the a2a alone): "
+              + "; ".join(f"{b} {p['seconds'] * 1e3:.2f}" for b, p in plans.items())
+              + f" -> best bound: {r['best_binding']}; free: a2a {plans['free']['all_to_all']}, "
+                f"AR {plans['free']['all_reduce']}")
     small, large = document["speed"]["dag_200"], document["speed"]["dag_500"]
     print(f"\nspeed: {small['nodes']}-node DAG ({small['tasks_greedy']} tasks unrolled, greedy plan): "
           f"{small['evaluations_per_second']:.0f} evaluations/s (goal >= 2000)"
@@ -367,29 +421,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workloads", nargs="+", default=None, help="default: all built-in ones")
     parser.add_argument("--quick", action="store_true", help="fewer sizes, smaller budgets: a smoke run")
+    parser.add_argument("--compute-slowdown", type=float, default=0.0, metavar="S",
+                        help="what-if: channel 0's motifs make compute take 1 + S times as long (scheduler "
+                             "'Interference'; e.g. 0.25); writes optimize-compute-slowdown-S.{json,png}")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)
     budget = args.budget if args.budget is not None else (1.0 if args.quick else 5.0)
     names = args.workloads or workload_names()
     unknown = [n for n in names if n not in workload_names()]
-    if not budget > 0 or unknown:
-        print(f"optimize: --budget must be > 0 and workloads one of {', '.join(workload_names())}"
-              f"{f' (unknown: {unknown[0]})' if unknown else ''}", file=sys.stderr)
+    if not budget > 0 or unknown or not 0 <= args.compute_slowdown <= 10:
+        print(f"optimize: --budget must be > 0, --compute-slowdown in [0, 10] and workloads one of "
+              f"{', '.join(workload_names())}{f' (unknown: {unknown[0]})' if unknown else ''}", file=sys.stderr)
         return 2
     began = time.perf_counter()
     topology = load_topology(TOPOLOGY)
+    if args.compute_slowdown:
+        topology = dataclasses.replace(topology, links=tuple(
+            dataclasses.replace(link, compute_slowdown=args.compute_slowdown) if link.channel == 0 else link
+            for link in topology.links))
     cost = MotifCostModel(topology)
     rows, kept = systems(topology, cost, names, budget, args.seed)
     document = {"benchmark": "optimize", "topology": TOPOLOGY, "budget": budget, "seed": args.seed,
-                "quick": args.quick,
+                "quick": args.quick, "compute_slowdown": topology.compute_slowdowns(),
                 "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
                 "systems": rows, "findings": findings(cost, kept, args.quick, budget, args.seed), "speed": speed(cost, args.quick, args.seed)}
     document["wall_seconds"] = time.perf_counter() - began
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "optimize.json").write_text(json.dumps(document, indent=1) + "\n")
-    plot(document, args.out / "optimize.png")
+    stem = f"optimize-compute-slowdown-{args.compute_slowdown:g}" if args.compute_slowdown else "optimize"
+    (args.out / f"{stem}.json").write_text(json.dumps(document, indent=1) + "\n")
+    plot(document, args.out / f"{stem}.png")
     report(document)
-    print(f"wall time {document['wall_seconds']:.0f} s; wrote {args.out / 'optimize.json'} and .png")
+    print(f"wall time {document['wall_seconds']:.0f} s; wrote {args.out / stem}.json and .png")
     return 0
 
 

@@ -55,5 +55,21 @@ def test_optimize_benchmark_runs_end_to_end(tmp_path):
         assert list(workload["systems"]) == ["FIFO", "BS+", "HO", "S-Exec", "S-Sched", "Syndicate"]
     assert set(data["findings"]) >= {"all_reduce", "all_to_all"} and set(data["speed"]) == {"dag_200", "dag_500"}
     assert set(data["findings"]["dlrm_bindings"]["dlrm-a1"]) == set(optimize_bench.BINDINGS)
+    micro = data["findings"]["bound_overlap"]
+    assert [r["all_reduce_bytes"] for r in micro] == optimize_bench.OVERLAP_AR_SIZES[::2]
+    for row in micro:   # free per motif is never worse than any binding
+        free = row["plans"]["free"]["seconds"]
+        assert all(free <= plan["seconds"] + 1e-12 for plan in row["plans"].values())
+        assert row["best_binding"] in optimize_bench.BINDINGS and row["best_binding"] != "free"
     assert data["systems"]["cnn-dp"]["systems"]["Syndicate"]["steady_speedup_over_bs+"] > 0
     assert (tmp_path / "optimize.png").stat().st_size > 10_000
+    assert data["compute_slowdown"] == {}
+
+
+def test_optimize_benchmark_what_if_slows_compute_on_channel_zero(tmp_path):
+    assert optimize_bench.main(["--quick", "--workloads", "cnn-dp", "--compute-slowdown", "0.25",
+                                "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "optimize-compute-slowdown-0.25.json").read_text())
+    assert data["compute_slowdown"] == {"0": 0.25}
+    assert (tmp_path / "optimize-compute-slowdown-0.25.png").stat().st_size > 10_000
+    assert optimize_bench.main(["--compute-slowdown", "-1"]) == 2
