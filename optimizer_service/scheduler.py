@@ -43,8 +43,9 @@ progresses at rate ``1 / (1 + Σ s)``, piecewise between motif starts and
 ends. A compute task's end is therefore known only once no motif can start
 before it: the stream's running task ends as an event, taken before any
 decision at or after its projected end, and only then releases its
-successors. Motifs are not slowed by compute. With no slowdown every task
-takes exactly its duration.
+successors. Motifs are not slowed by compute, and the critical-path
+priorities use the durations as given. With no slowdown every task takes
+exactly its duration.
 
 Sequence numbers follow start times; motifs that start at the same instant on
 different channels share a number — they are meant to overlap (§4.4, "two or

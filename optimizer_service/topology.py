@@ -186,7 +186,7 @@ class Topology:
                          f"device(s) ({instances} instance(s))"
                          + (f", incast {link.incast:g} per extra flow" if link.incast else "")
                          + (f", reduces {format_rate(link.reduction)} per device" if link.reduction else "")
-                         + (f", compute {link.compute_slowdown:.0%} slower while it carries a motif"
+                         + (f", compute {link.compute_slowdown:.0%} slower while its channel runs a motif"
                             if link.compute_slowdown else ""))
         return "\n".join(lines)
 

@@ -94,7 +94,7 @@ def test_unknown_topology_names_the_presets():
     ("incast: 0.003", "incast", 0.003, "incast=0.003", "incast 0.003 per extra flow"),
     ("reduction: 5GB/s", "reduction", 5e9, "reduction=5GB/s", "reduces 5GB/s per device"),
     ("compute_slowdown: 0.25", "compute_slowdown", 0.25, "compute_slowdown=0.25",
-     "compute 25% slower while it carries a motif"),
+     "compute 25% slower while its channel runs a motif"),
 ])
 def test_optional_link_fields_round_trip_and_are_described(field, attribute, value, text, described):
     topo = Topology.from_yaml(GOOD.replace("shared_by: 4}", f"shared_by: 4, {field}}}"))
