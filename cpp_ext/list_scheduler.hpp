@@ -31,9 +31,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <map>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <vector>
