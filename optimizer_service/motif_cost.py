@@ -76,26 +76,12 @@ class MotifCostModel:
                tuple((m.ranks, tuple(b - a for a, b in m.ranges)) for m in group))
         cached = self._cache.get(key)
         if cached is None:
-            if len(group) == 1 or len({(len(m.ranks), m.elements) for m in group}) > 1:
-                cached = max(self._price(m) for m in group)
+            if first.kind is Kind.ALL_TO_ALL or len({(len(m.ranks), m.elements) for m in group}) > 1:
+                cached = max(self._price((m,)) for m in group)
             else:
-                cached = self._price_together(group)
+                cached = self._price(group)
             self._cache[key] = cached
         return cached
-
-    def _price_together(self, group: tuple[Motif, ...]) -> float:
-        first = group[0]
-        model = self.model(first.channel)
-        nbytes = first.elements * self.element_bytes
-        if nbytes == 0 or len(first.ranks) < 2:
-            return self.dispatch_seconds
-        for m in group:
-            self._check_ranks(m)
-        ranks = np.asarray([m.ranks for m in group], dtype=np.int64)
-        if first.kind is Kind.ALL_TO_ALL:
-            return max(self._price(m) for m in group)
-        per_member = nbytes / ranks.shape[1] if first.kind is Kind.ALL_GATHER else nbytes
-        return self.dispatch_seconds + model.step_seconds(_COLLECTIVE[first.kind], ranks, per_member)
 
     def _check_ranks(self, motif: Motif) -> None:
         for rank in motif.ranks:
@@ -103,18 +89,23 @@ class MotifCostModel:
                 raise InvalidInputError(f"motif {motif} names rank {rank}; topology {self.topology.name!r} "
                                         f"has ranks 0..{self.topology.device_count - 1}")
 
-    def _price(self, motif: Motif) -> float:
-        model = self.model(motif.channel)
-        self._check_ranks(motif)
-        nbytes = motif.elements * self.element_bytes
-        if nbytes == 0 or len(motif.ranks) < 2:
+    def _price(self, group: tuple[Motif, ...]) -> float:
+        """One simulator step for motifs of one shape (kind, channel, group size,
+        payload) over disjoint ranks; an all-to-all comes alone."""
+        first = group[0]
+        model = self.model(first.channel)
+        for motif in group:
+            self._check_ranks(motif)
+        nbytes = first.elements * self.element_bytes
+        if nbytes == 0 or len(first.ranks) < 2:
             return self.dispatch_seconds
-        ranks = np.asarray(motif.ranks, dtype=np.int64)
-        if motif.kind is Kind.ALL_TO_ALL:
-            n = len(ranks)
-            offsets = np.arange(*motif.window)
-            src = np.repeat(ranks, len(offsets))
-            dst = ranks[(np.repeat(np.arange(n), len(offsets)) + np.tile(offsets, n)) % n]
+        ranks = np.asarray([m.ranks for m in group], dtype=np.int64)      # (groups, members)
+        if first.kind is Kind.ALL_TO_ALL:
+            members = ranks[0]
+            n = len(members)
+            offsets = np.arange(*first.window)
+            src = np.repeat(members, len(offsets))
+            dst = members[(np.repeat(np.arange(n), len(offsets)) + np.tile(offsets, n)) % n]
             return self.dispatch_seconds + model.flows_seconds(src[None, :], dst[None, :], float(nbytes), 1)
-        per_member = nbytes / len(ranks) if motif.kind is Kind.ALL_GATHER else nbytes
-        return self.dispatch_seconds + model.step_seconds(_COLLECTIVE[motif.kind], ranks[None, :], per_member)
+        per_member = nbytes / ranks.shape[1] if first.kind is Kind.ALL_GATHER else nbytes
+        return self.dispatch_seconds + model.step_seconds(_COLLECTIVE[first.kind], ranks, per_member)
