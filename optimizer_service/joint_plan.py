@@ -26,12 +26,8 @@ from dataclasses import replace
 from optimizer_service.evaluation import Problem
 from optimizer_service.motif_cost import ELEMENT_BYTES
 from optimizer_service.motifs import Kind, Motif, motifs_of, rewrite
-from optimizer_service.plan_file import OpKey, OpPlan, Plan
+from optimizer_service.plan_file import KINDS, OpKey, OpPlan, Plan
 from optimizer_service.systems import SystemResult
-
-_PLAN_KIND = {Kind.ALL_REDUCE: "all_reduce", Kind.ALL_GATHER: "all_gather", Kind.REDUCE_SCATTER: "reduce_scatter",
-              Kind.ALL_TO_ALL: "all_to_all", Kind.BROADCAST: "broadcast"}
-
 
 def buffer_bytes(op: Motif) -> int:
     """The op's buffer: its elements (every member's part for gathers and
@@ -55,8 +51,8 @@ def joint_plan(problem: Problem, result: SystemResult, version: int = 1) -> Plan
         op = problem.dag.nodes[node_index].comm
         seq = group_seq.get(op.ranks, 0)
         group_seq[op.ranks] = seq + 1
-        kind = _PLAN_KIND.get(op.kind)
-        if kind is None:
+        kind = op.kind.name.lower()          # Kind.ALL_REDUCE -> "all_reduce"
+        if kind not in KINDS:
             continue
         option = problem.options[slot][result.choice[slot]]
         position = {rank: k for k, rank in enumerate(op.ranks)}
