@@ -184,6 +184,11 @@ BINDINGS = {"a2a ch1, AR ch0": {Kind.ALL_TO_ALL: "ch1", Kind.ALL_REDUCE: "ch0"},
             "free": {}}
 
 
+def fits(binding: str, kind: Kind, option) -> bool:
+    """Whether ``option`` of an op of ``kind`` runs where ``binding`` puts that kind."""
+    return BINDINGS[binding].get(kind, option.channel) == option.channel
+
+
 def bindings(kept: dict, budget: float, seed: int) -> dict:
     """Section (d): Syndicate's search under each binding of :data:`BINDINGS`."""
     print("bindings ...", flush=True)
@@ -192,9 +197,8 @@ def bindings(kept: dict, budget: float, seed: int) -> dict:
         problem = kept[name][0]
         kinds = [problem.dag.nodes[node].comm.kind for node in problem.comm_nodes]
         out[name] = {}
-        for binding, channel_of in BINDINGS.items():
-            ok = {id(o) for k, options in enumerate(problem.options) for o in options
-                  if channel_of.get(kinds[k], o.channel) == o.channel}
+        for binding in BINDINGS:
+            ok = {id(o) for k, options in enumerate(problem.options) for o in options if fits(binding, kinds[k], o)}
             allowed = lambda o, ok=ok: id(o) in ok              # noqa: E731
             found = mcmc(problem, problem.greedy(allowed), allowed=allowed, budget=budget, seed=seed)
             out[name][binding] = {"iteration_seconds": found.seconds,
@@ -215,10 +219,10 @@ def bound_overlap(cost, a2a_block: int, ar_sizes: list[int]) -> list[dict]:
         alone = [min(t.isolated for o, t in zip(options, templates) if o.channel == "ch0")
                  for options, templates in zip(problem.options, problem.templates)]
         best = {}
-        for binding, channel_of in BINDINGS.items():
-            fits = [[k for k, o in enumerate(options) if channel_of.get(kind, o.channel) == o.channel]
-                    for kind, options in zip((Kind.ALL_TO_ALL, Kind.ALL_REDUCE), problem.options)]
-            seconds, a, r = min((problem.cost_of([a, r]), a, r) for a in fits[0] for r in fits[1])
+        for binding in BINDINGS:
+            allowed = [[k for k, o in enumerate(options) if fits(binding, kind, o)]
+                       for kind, options in zip((Kind.ALL_TO_ALL, Kind.ALL_REDUCE), problem.options)]
+            seconds, a, r = min((problem.cost_of([a, r]), a, r) for a in allowed[0] for r in allowed[1])
             best[binding] = {"seconds": seconds, "all_to_all": problem.options[0][a].name,
                              "all_reduce": problem.options[1][r].name}
         bound = {b: v["seconds"] for b, v in best.items() if b != "free"}
