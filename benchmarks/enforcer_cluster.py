@@ -41,14 +41,16 @@ NAME = "enforcer-bench"
 
 # ----------------------------------------------------------------- rank side
 def _plans(world: int, elements: int) -> dict[str, str]:
-    from optimizer_service.plan_file import OpKey, OpPlan, Plan
-    from optimizer_service import motifs
-    from optimizer_service.motifs import Kind
+    from optimizer_service.plan.op_plan import OpKey, OpPlan
+    from optimizer_service.plan.plan import Plan
+    from optimizer_service.plan.motif import comm_op, on_channel
+    from optimizer_service.syndicate.transforms import spline_all_to_all, spline_ring
+    from optimizer_service.plan.collective import Collective
 
     group = tuple(range(world))
     a2a_key = OpKey(0, "all_to_all", elements * 4, group)
-    whole = motifs.comm_op(Kind.ALL_TO_ALL, range(world), elements // world)
-    ring = motifs.spline_ring(motifs.comm_op(Kind.ALL_REDUCE, range(world), elements))
+    whole = comm_op(Collective.ALL_TO_ALL, range(world), elements // world)
+    ring = spline_ring(comm_op(Collective.ALL_REDUCE, range(world), elements))
     channels = {0: None, 1: "nic1"}
 
     def plan(*ops: OpPlan) -> str:
@@ -56,13 +58,13 @@ def _plans(world: int, elements: int) -> dict[str, str]:
 
     ar_first = OpPlan.of(OpKey(0, "all_reduce", elements * 4, group), ring)
     a2a_second = OpPlan.of(OpKey(1, "all_to_all", elements * 4, group), whole, base=max(ar_first.order) + 1)
-    a2a_parallel = OpPlan.of(OpKey(1, "all_to_all", elements * 4, group), motifs.on_channel(whole, 1))
+    a2a_parallel = OpPlan.of(OpKey(1, "all_to_all", elements * 4, group), on_channel(whole, 1))
     return {
         "a2a": plan(OpPlan.of(a2a_key, whole)),
-        "a2a splined n=4": plan(OpPlan.of(a2a_key, motifs.spline_all_to_all(whole, 4))),
-        "a2a splined n=2": plan(OpPlan.of(a2a_key, motifs.spline_all_to_all(whole, 2))),
+        "a2a splined n=4": plan(OpPlan.of(a2a_key, spline_all_to_all(whole, 4))),
+        "a2a splined n=2": plan(OpPlan.of(a2a_key, spline_all_to_all(whole, 2))),
         "ar": plan(ar_first),
-        "a2a@1": plan(OpPlan.of(a2a_key, motifs.on_channel(whole, 1))),
+        "a2a@1": plan(OpPlan.of(a2a_key, on_channel(whole, 1))),
         "both, one channel": plan(ar_first, a2a_second),
         "both, two channels": plan(ar_first, a2a_parallel),
     }
@@ -134,9 +136,10 @@ def _program_cases(world: int, elements: int, iterations: int, plain) -> dict[st
 
     import enforcer
     from enforcer.executor import GroupCache, ProgramExecutor
-    from optimizer_service.plan_file import OpKey, OpPlan, Plan
-    from optimizer_service.program_motifs import program_motifs
-    from optimizer_service.lowering import LoweredProgram
+    from optimizer_service.plan.op_plan import OpKey, OpPlan
+    from optimizer_service.plan.plan import Plan
+    from optimizer_service.syndicate.program_motifs import program_motifs
+    from optimizer_service.plan.lowered import LoweredProgram
 
     program = LoweredProgram.parse(PROGRAM)
     executor = ProgramExecutor(GroupCache(backend="gloo"))

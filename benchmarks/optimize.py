@@ -53,14 +53,14 @@ import time
 from pathlib import Path
 
 from optimizer_service.catalog import load_topology
-from optimizer_service.dag import TrainingDAG, comm, compute
-from optimizer_service.evaluation import Problem
-from optimizer_service.motif_cost import MotifCostModel
-from optimizer_service.motifs import Kind
-from optimizer_service.scheduler import Policy
-from optimizer_service.search import mcmc
-from optimizer_service.systems import SYSTEMS, run_systems
-from optimizer_service.workloads import build, fsdp, workload_names
+from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
+from optimizer_service.syndicate.problem import Problem
+from optimizer_service.syndicate.motif_cost import MotifCostModel
+from optimizer_service.plan.collective import Collective
+from optimizer_service.syndicate.scheduler import Policy
+from optimizer_service.syndicate.mcmc import mcmc
+from optimizer_service.syndicate.baselines import SYSTEMS, run_systems
+from optimizer_service.syndicate.workloads import build, fsdp, workload_names
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPOLOGY = "hgx2-4n"
@@ -105,7 +105,7 @@ def systems(topology, cost, names: list[str], budget: float, seed: int) -> tuple
     return rows, kept
 
 
-def alone_on_channel_zero(kind: Kind, nbytes: int, cost) -> dict[str, float]:
+def alone_on_channel_zero(kind: Collective, nbytes: int, cost) -> dict[str, float]:
     """Each unsegmented channel-0 option family's time for one 32-rank op alone."""
     dag = TrainingDAG(f"{kind}", (compute("c", 1e-6), comm("op", kind, range(32), nbytes // 4, "c")))
     problem = Problem(dag, cost)
@@ -116,7 +116,7 @@ def alone_on_channel_zero(kind: Kind, nbytes: int, cost) -> dict[str, float]:
 def allreduce_families(cost, sizes: list[int]) -> list[dict]:
     rows = []
     for nbytes in sizes:
-        alone = alone_on_channel_zero(Kind.ALL_REDUCE, nbytes, cost)
+        alone = alone_on_channel_zero(Collective.ALL_REDUCE, nbytes, cost)
         own = {b: s for b, s in alone.items() if b.startswith(("ring", "tree"))}
         best_own, best_all = min(own, key=own.get), min(alone, key=alone.get)
         rows.append({"bytes": nbytes, "isolated_seconds": alone, "fastest_own": best_own,
@@ -128,7 +128,7 @@ def allreduce_families(cost, sizes: list[int]) -> list[dict]:
 def alltoall_splines(cost, sizes: list[int]) -> list[dict]:
     rows = []
     for nbytes in sizes:
-        alone = alone_on_channel_zero(Kind.ALL_TO_ALL, nbytes, cost)
+        alone = alone_on_channel_zero(Collective.ALL_TO_ALL, nbytes, cost)
         rows.append({"block_bytes": nbytes, "isolated_seconds": alone, "fastest": min(alone, key=alone.get)})
     return rows
 
@@ -178,13 +178,13 @@ def channel_findings(kept: dict) -> dict:
 
 
 #: Figure 18's execution plans: which channel every op of a kind is bound to.
-BINDINGS = {"a2a ch1, AR ch0": {Kind.ALL_TO_ALL: "ch1", Kind.ALL_REDUCE: "ch0"},
-            "a2a ch0, AR ch1": {Kind.ALL_TO_ALL: "ch0", Kind.ALL_REDUCE: "ch1"},
-            "one channel": {Kind.ALL_TO_ALL: "ch0", Kind.ALL_REDUCE: "ch0"},
+BINDINGS = {"a2a ch1, AR ch0": {Collective.ALL_TO_ALL: "ch1", Collective.ALL_REDUCE: "ch0"},
+            "a2a ch0, AR ch1": {Collective.ALL_TO_ALL: "ch0", Collective.ALL_REDUCE: "ch1"},
+            "one channel": {Collective.ALL_TO_ALL: "ch0", Collective.ALL_REDUCE: "ch0"},
             "free": {}}
 
 
-def fits(binding: str, kind: Kind, option) -> bool:
+def fits(binding: str, kind: Collective, option) -> bool:
     """Whether ``option`` of an op of ``kind`` runs where ``binding`` puts that kind."""
     return BINDINGS[binding].get(kind, option.channel) == option.channel
 
@@ -212,8 +212,8 @@ def bound_overlap(cost, a2a_block: int, ar_sizes: list[int]) -> list[dict]:
     binding of :data:`BINDINGS` found exhaustively (one iteration)."""
     rows = []
     for nbytes in ar_sizes:
-        dag = TrainingDAG("a2a-ar", (compute("c", 1e-6), comm("a2a", Kind.ALL_TO_ALL, range(32), a2a_block // 4, "c"),
-                                     comm("ar", Kind.ALL_REDUCE, range(32), nbytes // 4, "c"),
+        dag = TrainingDAG("a2a-ar", (compute("c", 1e-6), comm("a2a", Collective.ALL_TO_ALL, range(32), a2a_block // 4, "c"),
+                                     comm("ar", Collective.ALL_REDUCE, range(32), nbytes // 4, "c"),
                                      compute("step", 1e-6, "a2a", "ar")))
         problem = Problem(dag, cost, iterations=1)
         alone = [min(t.isolated for o, t in zip(options, templates) if o.channel == "ch0")
@@ -221,7 +221,7 @@ def bound_overlap(cost, a2a_block: int, ar_sizes: list[int]) -> list[dict]:
         best = {}
         for binding in BINDINGS:
             allowed = [[k for k, o in enumerate(options) if fits(binding, kind, o)]
-                       for kind, options in zip((Kind.ALL_TO_ALL, Kind.ALL_REDUCE), problem.options)]
+                       for kind, options in zip((Collective.ALL_TO_ALL, Collective.ALL_REDUCE), problem.options)]
             seconds, a, r = min((problem.cost_of([a, r]), a, r) for a in allowed[0] for r in allowed[1])
             best[binding] = {"seconds": seconds, "all_to_all": problem.options[0][a].name,
                              "all_reduce": problem.options[1][r].name}
@@ -239,7 +239,7 @@ def findings(cost, kept: dict, quick: bool, budget: float, seed: int) -> dict:
     dlrm_a2a = {name: {problem.dag.nodes[node].name: {"block_bytes": problem.dag.nodes[node].comm.elements * 4,
                                                       "option": problem.options[k][syn.choice[k]].name}
                        for k, node in enumerate(problem.comm_nodes)
-                       if problem.dag.nodes[node].comm.kind is Kind.ALL_TO_ALL}
+                       if problem.dag.nodes[node].comm.kind is Collective.ALL_TO_ALL}
                 for name, (problem, syn) in kept.items() if name in DLRM}
     return {"all_reduce": ar, "all_to_all": a2a, "dlrm_all_to_all_choices": dlrm_a2a,
             "dlrm_channels": channel_findings(kept), "dlrm_bindings": bindings(kept, budget, seed),

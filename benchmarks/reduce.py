@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from optimizer_service.accuracy import evaluate
+from optimizer_service.hardware.accuracy import evaluate
 from optimizer_service.cli.bench import measured_candidates
 
 ROOT = Path(__file__).resolve().parents[1]

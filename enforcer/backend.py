@@ -97,7 +97,7 @@ class EnforcerGroup(ProcessGroup):
     def _install_from_env(self, path: str) -> None:
         """``P2_PLAN_FILE``: the plan to enforce from the first op on; one that does
         not fit the job is logged and the group stays in passthrough."""
-        from optimizer_service.plan_file import PlanError
+        from optimizer_service.plan import PlanError
         from enforcer.runtime import install
         try:
             install(self, path)

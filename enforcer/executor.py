@@ -32,9 +32,9 @@ import torch
 import torch.distributed as dist
 
 from enforcer import p2p
-from optimizer_service.layout import GroupMove, Ranges, StepLayout, plan_layout
-from optimizer_service.collective import Collective
-from optimizer_service.lowering import LoweredProgram
+from optimizer_service.plan.layout import GroupMove, Ranges, StepLayout, plan_layout
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.lowered import LoweredProgram
 
 
 class GroupCache:

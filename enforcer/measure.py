@@ -39,7 +39,7 @@ import torch
 import torch.distributed as dist
 
 from enforcer.executor import GroupCache, ProgramExecutor
-from optimizer_service.lowering import LoweredProgram
+from optimizer_service.plan.lowered import LoweredProgram
 
 ELEMENT = torch.float32
 

@@ -60,8 +60,11 @@ import torch
 import torch.distributed as dist
 
 from enforcer import inner, p2p
-from optimizer_service.plan_file import PLAN_KIND, OpPlan, Plan, PlanError
-from optimizer_service.motifs import Kind, Motif
+from optimizer_service.plan.op_plan import OpPlan, PLAN_KIND
+from optimizer_service.plan.plan import Plan
+from optimizer_service.plan import PlanError
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Motif
 
 log = logging.getLogger("enforcer")
 
@@ -431,24 +434,24 @@ class PlanRuntime:
     def _run(self, submitted: _Submitted, motif: Motif, channel: int) -> None:
         group = submitted.op.key.group
         members = [group[p] for p in motif.ranks]
-        if len(members) == 1 and motif.kind is not Kind.ALL_TO_ALL:
+        if len(members) == 1 and motif.kind is not Collective.ALL_TO_ALL:
             return
         peers = self.comms_by_channel[channel][tuple(sorted(members))]
         buffer = submitted.buffer
-        if motif.kind is Kind.ALL_TO_ALL:
+        if motif.kind is Collective.ALL_TO_ALL:
             p2p.all_to_all(buffer, submitted.output, motif.ranges[0], motif.window, members, peers)
-        elif motif.kind is Kind.REDUCE_SCATTER:
+        elif motif.kind is Collective.REDUCE_SCATTER:
             p2p.reduce_scatter([buffer[a:b] for a, b in motif.ranges], members, peers)
-        elif motif.kind is Kind.ALL_GATHER:
+        elif motif.kind is Collective.ALL_GATHER:
             p2p.all_gather([buffer[a:b] for a, b in motif.ranges], members, peers)
         else:
             (lo, hi), = motif.ranges
             data = buffer[lo:hi]
             if not data.numel():
                 return
-            if motif.kind is Kind.ALL_REDUCE:
+            if motif.kind is Collective.ALL_REDUCE:
                 peers.backend.allreduce([data]).wait()
-            elif motif.kind is Kind.REDUCE:
+            elif motif.kind is Collective.REDUCE:
                 p2p.reduce(data, members, peers)
             else:
                 p2p.broadcast(data, members, peers)

@@ -34,34 +34,13 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-TRACE_FORMAT = "p2enforcer-trace"
+from optimizer_service.plan.trace import TRACE_FORMAT, TRACE_VERSION, OpRecord, Wait
+
 #: Most recent ops kept per rank (older ones are dropped and counted).
 DEFAULT_LIMIT = 200_000
-
-
-@dataclass(slots=True)
-class OpRecord:
-    iteration: int
-    seq: int
-    group_seq: int
-    kind: str
-    dtype: str
-    bytes: int
-    group: tuple[int, ...]
-    group_name: str
-    issued: float
-    completed: float | None = None
-    enforced: bool = False
-    root: int = 0           # broadcast: the source's group rank
-
-@dataclass(frozen=True)
-class Wait:
-    iteration: int
-    order: int          # the plan sequence number waited for
-    seconds: float
 
 
 def detect_period(signatures: Sequence[tuple]) -> tuple[int, int] | None:
@@ -160,7 +139,7 @@ class Tracer:
             previous_completion = op["completed"]
         return {
             "format": TRACE_FORMAT,
-            "version": 1,
+            "version": TRACE_VERSION,
             "rank": self.rank,
             "world_size": self.world_size,
             "started_unix": self.started_unix,

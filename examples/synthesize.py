@@ -5,9 +5,9 @@ hybrid data + tensor parallel job on 4 nodes x 8 V100, then explain the winner.
 """
 
 from optimizer_service.catalog import load_topology
-from optimizer_service.costmodel import Algorithm
-from optimizer_service.explain import explain_program
-from optimizer_service.planner import Planner
+from optimizer_service.hardware.cost_model import Algorithm
+from optimizer_service.p2.explain import explain_program
+from optimizer_service.p2.planner import Planner
 
 topology = load_topology("gcp-v100-4n")
 # 8-way data parallel x 4-way tensor parallel; gradients are reduced over the data axis.

@@ -7,9 +7,9 @@ from importlib import resources
 from pathlib import Path
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.topology import Topology
+from optimizer_service.hardware.topology import Topology
 
-_PRESETS = "optimizer_service.presets"
+_PRESETS = "optimizer_service.hardware.presets"
 
 
 def preset_names() -> list[str]:

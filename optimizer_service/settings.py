@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from optimizer_service.planner import Limits
+from optimizer_service.p2.planner import Limits
 
 _DEFAULTS = Limits()
 
@@ -26,6 +26,8 @@ class Settings(BaseSettings):
     max_search_states: int = Field(_DEFAULTS.max_states, ge=1,
                         description="most search states one synthesis may visit")
     log_level: str = Field("WARNING", description="logging level of the p2 command")
+    pure_python: bool = Field(False, description="price plans with the Python scheduler even where the C++ "
+                              "twin is built (P2_PURE_PYTHON=1)")
 
     def limits(self) -> Limits:
         return Limits(max_devices=self.max_devices, max_placements=self.max_placements,

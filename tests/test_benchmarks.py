@@ -10,7 +10,7 @@ from benchmarks import reduce as reduce_bench
 from benchmarks import synthesis as bench
 from deploy.emulated import can_manage_namespaces
 from optimizer_service.catalog import load_topology
-from optimizer_service.planner import Planner
+from optimizer_service.p2.planner import Planner
 
 
 @pytest.mark.parametrize("preset,axes,reduce,paper", bench.PAPER_CONFIGURATIONS,

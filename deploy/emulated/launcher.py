@@ -42,7 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from optimizer_service.errors import InvalidInputError
+from deploy.errors import DeployError
 
 from deploy.emulated import netns, probe
 from deploy.emulated.privileges import require_namespace_privileges
@@ -262,9 +262,9 @@ def run_ranks(info: ClusterInfo, command: Sequence[str], env: Mapping[str, str] 
     failure's exit code (124 on timeout)."""
     command = list(command)
     if not command:
-        raise InvalidInputError("no command to run; give it after --, e.g. p2 cluster run -- python train.py")
+        raise DeployError("no command to run; give it after --, e.g. p2 cluster run -- python train.py")
     if timeout is not None and not timeout > 0:
-        raise InvalidInputError(f"--timeout {timeout!r} must be a positive number of seconds")
+        raise DeployError(f"--timeout {timeout!r} must be a positive number of seconds")
     extra = dict(env or {})
     on_host = no_shaping or not info.shaped
     if not on_host:
@@ -273,13 +273,13 @@ def run_ranks(info: ClusterInfo, command: Sequence[str], env: Mapping[str, str] 
         present = set(netns.list_namespaces())
         missing = [ns for ns in info.namespaces if ns not in present]
         if missing:
-            raise InvalidInputError(f"cluster {info.name!r} is partial (namespace {missing[0]} is missing); "
+            raise DeployError(f"cluster {info.name!r} is partial (namespace {missing[0]} is missing); "
                                     f"recreate it with p2 cluster down --name {info.name} and p2 cluster up")
     node_ns = [] if on_host else list(info.node_namespaces)
     port_text = extra.get("P2_MASTER_PORT") or os.environ.get("P2_MASTER_PORT")
     if port_text:
         if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise InvalidInputError(f"P2_MASTER_PORT={port_text!r} is not a TCP port number")
+            raise DeployError(f"P2_MASTER_PORT={port_text!r} is not a TCP port number")
         master_port = int(port_text)
     else:
         master_port = probe.free_port(None if on_host else node_ns[0])
@@ -310,7 +310,7 @@ def run_ranks(info: ClusterInfo, command: Sequence[str], env: Mapping[str, str] 
                 for started in ranks:
                     started.process.wait()
                     started.process.stdout.close()
-                raise InvalidInputError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None
+                raise DeployError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from None
             ranks.append(_Rank(rank=rank, process=process))
         return supervisor.run()
     finally:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from optimizer_service.errors import InvalidInputError
+from deploy.errors import DeployError
 
 from deploy.emulated import names, netns, probe
 from deploy.emulated.model import cluster_topology
@@ -45,14 +45,14 @@ def check_request(name: str, nodes: int, per_node: int, nic_rate: float, nic2_ra
     """Reject a bad ``up`` request with one line, before anything is created."""
     names.check_name(name)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= names.MAX_NODES:
-        raise InvalidInputError(f"--nodes {nodes!r} must be a whole number from 1 to {names.MAX_NODES}")
+        raise DeployError(f"--nodes {nodes!r} must be a whole number from 1 to {names.MAX_NODES}")
     if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
-        raise InvalidInputError(f"--per-node {per_node!r} must be a whole number >= 1")
+        raise DeployError(f"--per-node {per_node!r} must be a whole number >= 1")
     if nodes * per_node > MAX_WORLD:
-        raise InvalidInputError(f"{nodes} x {per_node} = {nodes * per_node} ranks; at most {MAX_WORLD} are supported")
+        raise DeployError(f"{nodes} x {per_node} = {nodes * per_node} ranks; at most {MAX_WORLD} are supported")
     for option, rate in (("--nic", nic_rate), ("--nic2", nic2_rate), ("--loopback", loopback_rate)):
         if rate is not None and rate < MIN_RATE:
-            raise InvalidInputError(f"{option} {rate * 8 / 1e6:g} Mbit/s is below the 1 Mbit/s minimum")
+            raise DeployError(f"{option} {rate * 8 / 1e6:g} Mbit/s is below the 1 Mbit/s minimum")
 
 
 @contextmanager
@@ -80,7 +80,7 @@ def _used_slots() -> set[int]:
     for folder in recorded.values():
         try:
             info = read_state(folder)
-        except InvalidInputError:
+        except DeployError:
             continue
         if info.slot is not None:
             used.add(info.slot)
@@ -108,13 +108,13 @@ def create_cluster(name: str, nodes: int, per_node: int, nic_rate: float, nic2_r
         leftovers = cluster_namespaces(name)
         if existing is not None or leftovers:
             what = str(existing) if existing is not None else f"namespaces {', '.join(leftovers)}"
-            raise InvalidInputError(f"cluster {name!r} already exists ({what}); "
+            raise DeployError(f"cluster {name!r} already exists ({what}); "
                                     f"remove it first with p2 cluster down --name {name}")
         slot = None
         if shaped:
             free = [s for s in names.SLOTS if s not in _used_slots()]
             if not free:
-                raise InvalidInputError("no free address block: 254 clusters exist; remove some with p2 cluster down")
+                raise DeployError("no free address block: 254 clusters exist; remove some with p2 cluster down")
             slot = free[0]
         state_dir = root / name
         created: list[str] = []
@@ -130,13 +130,12 @@ def create_cluster(name: str, nodes: int, per_node: int, nic_rate: float, nic2_r
             info = ClusterInfo(name=name, nodes=nodes, per_node=per_node, nic_rate=nic_rate, nic2_rate=nic2_rate,
                                loopback_rate=loopback_rate, loopback_measured=measured, shaped=shaped,
                                state_dir=state_dir, created=now_text(), slot=slot, tbf=tbf)
-            topology = cluster_topology(name, nodes, per_node, nic_rate, nic2_rate, loopback_rate, shaped)
-            write_state(info, topology.to_yaml())
+            write_state(info, cluster_topology(name, nodes, per_node, nic_rate, nic2_rate, loopback_rate, shaped))
         except BaseException:
             for namespace in reversed(created):
                 try:
                     netns.delete_namespace(namespace)
-                except InvalidInputError:
+                except DeployError:
                     pass
             remove_state_dir(state_dir)
             raise
@@ -163,7 +162,7 @@ def destroy_cluster(name: str) -> list[str]:
     while folder is not None:
         remove_state_dir(folder)
         if folder.exists():
-            raise InvalidInputError(f"cannot remove state folder {folder}")
+            raise DeployError(f"cannot remove state folder {folder}")
         removed.append(f"removed state folder {folder}")
         folder = find_state_dir(name)
     return removed
@@ -220,7 +219,7 @@ def cluster_statuses(name: str | None = None) -> list[ClusterStatus]:
         else:
             try:
                 info = read_state(folder)
-            except InvalidInputError as exc:
+            except DeployError as exc:
                 problems.append(str(exc))
         if info is not None:
             missing = tuple(ns for ns in info.namespaces if ns not in present)

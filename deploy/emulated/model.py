@@ -11,7 +11,9 @@ device the calibrated model was off by 24 % on average, with one per cluster
 by 14 %). Ranks of different nodes talk through
 the node's shaped veth (link ``nic`` at level ``node``, shared by the node's
 ``K`` ranks). A second NIC is a second channel (``nic2``, channel 1), an
-alternative path for cross-node traffic (:meth:`Topology.links_at`).
+alternative path for cross-node traffic (the optimizer's ``Topology.links_at``).
+The model is written as a YAML document, the format ``p2 topology`` reads:
+``deploy/`` imports nothing of the optimizer.
 
 Latencies are small constants of the right order for veths and loopback on
 one host; ``p2 calibrate`` fits measured ones.
@@ -19,26 +21,39 @@ one host; ``p2 calibrate`` fits measured ones.
 
 from __future__ import annotations
 
-from optimizer_service.topology import Level, Link, Topology
-from optimizer_service.units import format_rate
+import yaml
 
 LOOPBACK_LATENCY = 20e-6
 NIC_LATENCY = 100e-6
 
 
+def _rate_text(bytes_per_second: float) -> str:
+    """A rate as people read it in the description (the links carry exact bytes/s)."""
+    bits = bytes_per_second * 8
+    for unit, scale in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("Kbit/s", 1e3)):
+        if bits >= scale:
+            return f"{bits / scale:.4g}{unit}"
+    return f"{bits:.4g}bit/s"
+
+
 def cluster_topology(name: str, nodes: int, per_node: int, nic_rate: float, nic2_rate: float | None,
-                     loopback_rate: float, shaped: bool = True) -> Topology:
+                     loopback_rate: float, shaped: bool = True) -> str:
+    """The cluster's topology as a YAML document (the format of
+    ``p2 topology show --yaml``; bandwidths in bytes/s, latencies in seconds)."""
     links = [
-        Link(name="loopback", levels=("device",), bandwidth=loopback_rate, latency=LOOPBACK_LATENCY,
-             shared_by=nodes * per_node),
-        Link(name="nic", levels=("node",), bandwidth=nic_rate, latency=NIC_LATENCY, shared_by=per_node),
+        {"name": "loopback", "levels": ["device"], "bandwidth": float(loopback_rate), "latency": LOOPBACK_LATENCY,
+         "shared_by": nodes * per_node},
+        {"name": "nic", "levels": ["node"], "bandwidth": float(nic_rate), "latency": NIC_LATENCY,
+         "shared_by": per_node},
     ]
     if nic2_rate is not None:
-        links.append(Link(name="nic2", levels=("node",), bandwidth=nic2_rate, latency=NIC_LATENCY,
-                          shared_by=per_node, channel=1))
-    nics = format_rate(nic_rate) + ("" if nic2_rate is None else f" + {format_rate(nic2_rate)}")
+        links.append({"name": "nic2", "levels": ["node"], "bandwidth": float(nic2_rate), "latency": NIC_LATENCY,
+                      "shared_by": per_node, "channel": 1})
+    nics = _rate_text(nic_rate) + ("" if nic2_rate is None else f" + {_rate_text(nic2_rate)}")
     how = "tbf-shaped veths" if shaped else "unshaped: every rank on the host's loopback"
     description = (f"emulated cluster {name}: {nodes} node(s) x {per_node} rank(s), NIC {nics} ({how}), "
-                   f"loopback {format_rate(loopback_rate)}")
-    return Topology(name=name, levels=(Level("node", nodes), Level("device", per_node)), links=tuple(links),
-                    description=description)
+                   f"loopback {_rate_text(loopback_rate)}")
+    document = {"name": name, "description": description,
+                "levels": [{"name": "node", "cardinality": nodes}, {"name": "device", "cardinality": per_node}],
+                "links": links}
+    return yaml.safe_dump(document, sort_keys=False)

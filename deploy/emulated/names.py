@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from optimizer_service.errors import InvalidInputError
+from deploy.errors import DeployError
 
 DEFAULT_NAME = "p2"
 NAMESPACE_PREFIX = "p2-"
@@ -38,7 +38,7 @@ _NAMESPACE = re.compile(r"^p2-(?P<cluster>[a-z0-9-]+)-(?P<role>br|n(?P<node>[0-9
 def check_name(name: str) -> str:
     """``name`` if it is a valid cluster name, else a one-line error."""
     if not isinstance(name, str) or not _NAME.match(name) or len(name) > MAX_NAME_LENGTH:
-        raise InvalidInputError(
+        raise DeployError(
             f"cluster name {name!r} must be 1 to {MAX_NAME_LENGTH} characters of a-z, 0-9 and '-', "
             f"starting and ending with a letter or digit (e.g. {DEFAULT_NAME!r} or 'demo-2')")
     return name

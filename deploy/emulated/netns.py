@@ -52,7 +52,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from optimizer_service.errors import InvalidInputError
+from deploy.errors import DeployError
 
 from deploy.emulated import names
 
@@ -64,7 +64,7 @@ QUEUE_TIME = 5e-3
 QUEUE_BURSTS = 4
 
 
-class CommandError(InvalidInputError):
+class CommandError(DeployError):
     """An ``ip`` or ``tc`` command failed (one line: the command and its error)."""
 
 

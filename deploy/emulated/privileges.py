@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from optimizer_service.errors import InvalidInputError
+from deploy.errors import DeployError
 
 CAP_NET_ADMIN = 12
 CAP_SYS_ADMIN = 21
@@ -41,9 +41,9 @@ def can_manage_namespaces() -> bool:
 
 
 def require_namespace_privileges(command: str, fallback: str = "") -> None:
-    """Raise a one-line :class:`InvalidInputError` unless the namespace
+    """Raise a one-line :class:`DeployError` unless the namespace
     capabilities are there; ``fallback`` says what works without them."""
     missing = missing_capabilities()
     if missing:
         hint = f", or {fallback}" if fallback else ""
-        raise InvalidInputError(f"{command} needs {' and '.join(missing)} (run as root){hint}")
+        raise DeployError(f"{command} needs {' and '.join(missing)} (run as root){hint}")

@@ -16,7 +16,7 @@ import math
 import subprocess
 import sys
 
-from optimizer_service.errors import InvalidInputError
+from deploy.errors import DeployError
 
 from deploy.emulated.netns import NETNS_DIR
 
@@ -69,12 +69,12 @@ def _python(namespace: str | None, code: str, *args: str, timeout: float = 30) -
     try:
         result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
-        raise InvalidInputError(f"{argv[0]} is not installed (entering a node needs util-linux nsenter)") from None
+        raise DeployError(f"{argv[0]} is not installed (entering a node needs util-linux nsenter)") from None
     except subprocess.TimeoutExpired:
-        raise InvalidInputError(f"probe in {namespace or 'the host'} did not finish within {timeout:g} s") from None
+        raise DeployError(f"probe in {namespace or 'the host'} did not finish within {timeout:g} s") from None
     if result.returncode != 0:
         last = (result.stderr.strip().splitlines() or [f"exit code {result.returncode}"])[-1]
-        raise InvalidInputError(f"probe in {namespace or 'the host'} failed: {last}")
+        raise DeployError(f"probe in {namespace or 'the host'} failed: {last}")
     return result.stdout.strip()
 
 

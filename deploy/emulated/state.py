@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from optimizer_service.errors import InvalidInputError
+from deploy.errors import DeployError
 
 from deploy.emulated import names
 from deploy.emulated.netns import TbfShape
@@ -56,8 +56,8 @@ def writable_root() -> Path:
         if os.access(root, os.W_OK | os.X_OK):
             return root
     if explicit:
-        raise InvalidInputError(f"cannot write cluster state: P2_CLUSTER_DIR={explicit} is not a writable folder")
-    raise InvalidInputError(f"cannot write cluster state: neither {SYSTEM_ROOT} nor {user_root()} is writable; "
+        raise DeployError(f"cannot write cluster state: P2_CLUSTER_DIR={explicit} is not a writable folder")
+    raise DeployError(f"cannot write cluster state: neither {SYSTEM_ROOT} nor {user_root()} is writable; "
                             f"set P2_CLUSTER_DIR to a writable folder")
 
 
@@ -82,7 +82,7 @@ def state_dirs() -> dict[str, Path]:
             if entry.is_dir() and entry.name not in found:
                 try:
                     names.check_name(entry.name)
-                except InvalidInputError:
+                except DeployError:
                     continue
                 found[entry.name] = entry
     return found
@@ -156,7 +156,7 @@ class ClusterInfo:
     def nic(self, node: int, channel: int = 0) -> NodeChannel:
         """Node ``node``'s NIC on ``channel`` (shaped clusters only)."""
         if not self.shaped or self.slot is None:
-            raise InvalidInputError(f"cluster {self.name!r} is loopback-only: it has no NICs")
+            raise DeployError(f"cluster {self.name!r} is loopback-only: it has no NICs")
         return NodeChannel(node=node, channel=channel, ifname=names.node_ifname(channel),
                            bridge_ifname=names.bridge_ifname(node, channel),
                            address=names.node_address(self.slot, channel, node))
@@ -214,7 +214,7 @@ class ClusterInfo:
                        slot=None if data.get("slot") is None else int(data["slot"]),
                        tbf=tuple(TbfShape(**shape) for shape in data.get("tbf", ())))
         except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidInputError(f"{state_dir / STATE_FILE} is damaged ({exc.__class__.__name__}: {exc}); "
+            raise DeployError(f"{state_dir / STATE_FILE} is damaged ({exc.__class__.__name__}: {exc}); "
                                     f"remove the cluster with p2 cluster down --name {state_dir.name}") from None
 
 
@@ -235,13 +235,13 @@ def read_state(state_dir: Path) -> ClusterInfo:
     try:
         data = json.loads((state_dir / STATE_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InvalidInputError(f"cluster {state_dir.name!r} is incomplete ({state_dir} has no {STATE_FILE}); "
+        raise DeployError(f"cluster {state_dir.name!r} is incomplete ({state_dir} has no {STATE_FILE}); "
                                 f"remove it with p2 cluster down --name {state_dir.name}") from None
     except (OSError, ValueError) as exc:
-        raise InvalidInputError(f"{state_dir / STATE_FILE} cannot be read ({exc.__class__.__name__}); "
+        raise DeployError(f"{state_dir / STATE_FILE} cannot be read ({exc.__class__.__name__}); "
                                 f"remove the cluster with p2 cluster down --name {state_dir.name}") from None
     if not isinstance(data, dict):
-        raise InvalidInputError(f"{state_dir / STATE_FILE} is damaged; remove the cluster with "
+        raise DeployError(f"{state_dir / STATE_FILE} is damaged; remove the cluster with "
                                 f"p2 cluster down --name {state_dir.name}")
     return ClusterInfo.from_dict(data, state_dir)
 
@@ -252,7 +252,7 @@ def load_cluster(name: str = names.DEFAULT_NAME) -> ClusterInfo:
     folder = find_state_dir(name)
     if folder is None:
         flag = "" if name == names.DEFAULT_NAME else f" --name {name}"
-        raise InvalidInputError(f"no cluster named {name}; create it with p2 cluster up{flag} "
+        raise DeployError(f"no cluster named {name}; create it with p2 cluster up{flag} "
                                 f"--nodes N --per-node K --nic RATE")
     return read_state(folder)
 

@@ -20,8 +20,10 @@ from optimizer_service.cli.bench import bench
 from optimizer_service.cli.calibrate import calibrate
 from optimizer_service.cli.cluster import cluster
 from optimizer_service.cli.optimize import optimize
+from optimizer_service.cli.rule_plan import rule_plan
 from optimizer_service.cli.synth import synth
 from optimizer_service.cli.topology import topology
+from deploy.errors import DeployError
 from optimizer_service.errors import InvalidInputError, JobFailedError
 from optimizer_service.settings import Settings
 
@@ -43,6 +45,7 @@ cli.add_command(bench)
 cli.add_command(calibrate)
 cli.add_command(cluster)
 cli.add_command(optimize)
+cli.add_command(rule_plan)
 cli.add_command(synth)
 cli.add_command(topology)
 
@@ -67,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.Abort:
         click.echo("aborted", err=True)
         return 130
-    except InvalidInputError as exc:
+    except (InvalidInputError, DeployError) as exc:
         return _fail(command, str(exc))
     except JobFailedError as exc:
         _fail(command, str(exc))

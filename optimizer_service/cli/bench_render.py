@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.placement import ParallelismMatrix
+from optimizer_service.p2.placement import ParallelismMatrix
 from optimizer_service.units import format_bytes, human_seconds
 
 

@@ -17,6 +17,7 @@ from deploy.emulated import (
     run_ranks,
 )
 from deploy.emulated.names import check_name
+from deploy.errors import DeployError
 from optimizer_service.cli.params import write_json
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.units import format_rate, parse_rate
@@ -46,7 +47,7 @@ def rate_text(rate: float) -> str:
 def _name(value: str) -> str:
     try:
         return check_name(value)
-    except InvalidInputError as exc:
+    except DeployError as exc:
         raise click.BadParameter(str(exc)) from None
 
 

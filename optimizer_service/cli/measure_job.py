@@ -18,7 +18,7 @@ from pathlib import Path
 
 from deploy.emulated import ClusterInfo, run_ranks
 from optimizer_service.errors import JobFailedError
-from optimizer_service.lowering import LoweredProgram
+from optimizer_service.plan.lowered import LoweredProgram
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,9 @@ from optimizer_service.catalog import load_topology
 from optimizer_service.cli.optimize_render import document, gantt, legend, table
 from optimizer_service.cli.params import replace_file, write_json
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.evaluation import Problem
-from optimizer_service.joint_plan import joint_plan
-from optimizer_service.motif_cost import MotifCostModel
 from optimizer_service.settings import Settings
-from optimizer_service.systems import SYSTEMS, run_systems
-from optimizer_service.trace_dag import dag_from_traces, trace_iteration_seconds
-from optimizer_service.workloads import build, workload_names
+from optimizer_service.syndicate.facade import plan_job
+from optimizer_service.syndicate.workloads import build, workload_names
 
 DEFAULT_TOPOLOGY = "hgx2-4n"
 
@@ -56,29 +52,19 @@ def optimize(settings: Settings, workload: str | None, traces: tuple[Path, ...],
         return
     if (workload is None) == (not traces):
         raise InvalidInputError("give one of --workload NAME or --trace FILE (p2 optimize --list shows the workloads)")
-    measured = None
-    if workload is not None:
-        dag = build(workload, topology)
-    else:
-        loaded = [_read_trace(path) for path in traces]
-        dag = dag_from_traces(loaded, iteration, name=traces[0].stem)
-        measured = trace_iteration_seconds(loaded, iteration)
-        highest = max((r for n in dag.nodes if n.is_comm for r in n.comm.ranks), default=0)
-        if highest >= topology.device_count:
-            raise InvalidInputError(f"the trace uses rank {highest} but topology {topology.name!r} has "
-                                    f"{topology.device_count} devices; pass a --topology with at least {highest + 1}")
     quiet = json_out == "-"
 
     def say(text: str) -> None:
         if not quiet:
             click.echo(text, err=True)
 
-    say(f"{dag.name}: pricing the options of {len(dag.comm_ops)} comm-ops on {topology.name} ...")
-    problem = Problem(dag, MotifCostModel(topology))
-    say(f"  {sum(len(o) for o in problem.options)} options; running {', '.join(SYSTEMS)} "
-        f"(search budget {budget:g} s each, seed {seed})")
-    results = run_systems(problem, budget=budget, seed=seed, progress=lambda name: say(f"  {name} ..."))
-    plan = joint_plan(problem, results[-1])
+    if workload is not None:
+        source = build(workload, topology)
+    else:
+        source = [_read_trace(path) for path in traces]
+    job = plan_job(source, topology, budget, seed, iteration=iteration, name=traces[0].stem if traces else "trace",
+                   native=not settings.pure_python, progress=say)
+    problem, results, plan, measured = job.problem, list(job.results), job.plan, job.measured_iteration_seconds
     if not quiet:
         click.echo(table(problem, results))
         say(legend(problem))

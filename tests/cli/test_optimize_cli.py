@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from optimizer_service.plan_file import Plan
+from optimizer_service.plan.plan import Plan
 from tests.cli.test_synth_cli import p2
 from tests.optimizer_service.test_trace_dag import op, trace
 

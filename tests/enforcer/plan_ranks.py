@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.distributed as dist
 
 import enforcer
-from optimizer_service.plan_file import OpKey, OpPlan, Plan, PlanError
-from optimizer_service import motifs
-from optimizer_service.motifs import Kind
+from optimizer_service.plan.op_plan import OpKey, OpPlan
+from optimizer_service.plan.plan import Plan
+from optimizer_service.errors import PlanError
+from optimizer_service.plan.motif import Motif, comm_op, rewrite
+from optimizer_service.syndicate.transforms import segment, spline_all_to_all, spline_broadcast, spline_ring, spline_tree
+from optimizer_service.plan.collective import Collective
 
 ALL_REDUCE, ALL_TO_ALL, ALL_GATHER, REDUCE_SCATTER, BROADCAST, SMALL = range(6)
 N_AR, N_A2A, N_AG, N_RS, N_BC, N_SMALL = 4099, 5 * 4, 37, 9, 1001, 3
@@ -22,23 +27,23 @@ def values(rank: int, numel: int, salt: int, dtype=torch.float32) -> torch.Tenso
 def build_plan(world: int, reverse: bool, channels: int, bad_world: bool = False) -> str:
     """Every planned op kind with a non-trivial decomposition, motifs spread over the channels."""
     p, group = world, tuple(range(world))
-    ring = motifs.rewrite(motifs.segment(motifs.comm_op(Kind.ALL_REDUCE, range(p), N_AR), 1500), motifs.spline_ring)
+    ring = rewrite(segment(comm_op(Collective.ALL_REDUCE, range(p), N_AR), 1500), spline_ring)
     entries = [
         (ALL_REDUCE, "all_reduce", N_AR * 4, 0, ring),
         (ALL_TO_ALL, "all_to_all", N_A2A * p * 4, 0,
-         motifs.spline_all_to_all(motifs.segment(motifs.comm_op(Kind.ALL_TO_ALL, range(p), N_A2A // 1), 7)
-                                  if False else motifs.comm_op(Kind.ALL_TO_ALL, range(p), N_A2A), 2)),
-        (ALL_GATHER, "all_gather", N_AG * p * 8, 0, motifs.segment(motifs.comm_op(Kind.ALL_GATHER, range(p), N_AG * p), 10)),
+         spline_all_to_all(segment(comm_op(Collective.ALL_TO_ALL, range(p), N_A2A // 1), 7)
+                                  if False else comm_op(Collective.ALL_TO_ALL, range(p), N_A2A), 2)),
+        (ALL_GATHER, "all_gather", N_AG * p * 8, 0, segment(comm_op(Collective.ALL_GATHER, range(p), N_AG * p), 10)),
         (REDUCE_SCATTER, "reduce_scatter", N_RS * p * 4, 0,
-         motifs.segment(motifs.comm_op(Kind.REDUCE_SCATTER, range(p), N_RS * p), 4)),
+         segment(comm_op(Collective.REDUCE_SCATTER, range(p), N_RS * p), 4)),
         (BROADCAST, "broadcast", N_BC * 4, 1,
-         motifs.spline_broadcast(motifs.Motif(Kind.BROADCAST, (1, *[r for r in range(p) if r != 1]), ((0, N_BC),)))),
-        (SMALL, "all_reduce", N_SMALL * 8, 0, motifs.spline_tree(motifs.comm_op(Kind.ALL_REDUCE, range(p), N_SMALL), 2)),
+         spline_broadcast(Motif(Collective.BROADCAST, (1, *[r for r in range(p) if r != 1]), ((0, N_BC),)))),
+        (SMALL, "all_reduce", N_SMALL * 8, 0, spline_tree(comm_op(Collective.ALL_REDUCE, range(p), N_SMALL), 2)),
     ]
     ops = []
     base = 0
     for seq, kind, nbytes, root, plan in (reversed(entries) if reverse else entries):
-        on = motifs.rewrite(plan, lambda m, s=seq: motifs.replace(m, channel=(s % channels)))
+        on = rewrite(plan, lambda m, s=seq: replace(m, channel=(s % channels)))
         op = OpPlan.of(OpKey(seq, kind, nbytes, group, root), on, base=base)
         base = max(op.order) + 1
         ops.append(op)
@@ -111,8 +116,8 @@ def plan_from_environment() -> dict:
 
 def program_under_plan(program_text: str, elements: int) -> bool:
     """A P² program as an all_reduce plan equals plain gloo's all_reduce."""
-    from optimizer_service.program_motifs import program_motifs
-    from optimizer_service.lowering import LoweredProgram
+    from optimizer_service.syndicate.program_motifs import program_motifs
+    from optimizer_service.plan.lowered import LoweredProgram
 
     world, rank = dist.get_world_size(), dist.get_rank()
     op = OpPlan.of(OpKey(0, "all_reduce", elements * 4, tuple(range(world))),

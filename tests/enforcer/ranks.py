@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 from enforcer import p2p
 from enforcer.executor import ProgramExecutor
-from optimizer_service.lowering import LoweredProgram, flat_allreduce
+from optimizer_service.plan.lowered import LoweredProgram, flat_allreduce
 
 
 def rank_input(rank: int, numel: int, dtype=torch.float32) -> torch.Tensor:

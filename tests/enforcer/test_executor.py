@@ -3,9 +3,9 @@ give exactly the results of gloo's own collectives."""
 
 import pytest
 
-from optimizer_service.lowering import PlacementMap
-from optimizer_service.planner import synthesize_placements
-from optimizer_service.topology import Topology
+from optimizer_service.p2.lowering import PlacementMap
+from optimizer_service.p2.planner import synthesize_placements
+from optimizer_service.hardware.topology import Topology
 from tests.enforcer import ranks
 from tests.support.multiproc import run_world
 

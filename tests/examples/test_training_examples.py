@@ -202,8 +202,8 @@ def test_losses_equal_a_gloo_run(jobs, script, world_size, backend):
 def test_losses_under_a_plan_from_the_trace_equal_gloo(jobs, tmp_path, script):
     """Trace a passthrough run, plan every op of its last iteration by rule (segmented,
     ring-splined, two channels), run again with P2_PLAN_FILE: same losses as gloo."""
-    from optimizer_service.plan_file import PLAN_KIND
-    from enforcer.trace_plan import plan_from_trace
+    from optimizer_service.plan.op_plan import PLAN_KIND
+    from optimizer_service.plan.plan import Plan
 
     reason = unavailable("p2enforcer")
     if reason:
@@ -212,10 +212,12 @@ def test_losses_under_a_plan_from_the_trace_equal_gloo(jobs, tmp_path, script):
     reference, _ = jobs(script, "gloo", world_size)
     run_job(script, "p2enforcer", world_size, STEPS, tmp_path / "traced",
             {"P2_TRACE_FILE": str(tmp_path / "traced" / "trace.json")})
-    trace = json.loads((tmp_path / "traced" / "trace.rank0.json").read_text())
-    plan = plan_from_trace(trace, segments=2, channels=2)
-    assert len(plan.ops) >= 2
-    (tmp_path / "plan.json").write_text(plan.to_json())
+    made = subprocess.run([sys.executable, "-m", "optimizer_service.cli", "rule-plan",
+                           str(tmp_path / "traced" / "trace.rank0.json"), str(tmp_path / "plan.json"),
+                           "--segments", "2", "--channels", "2"], capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    plan = Plan.parse((tmp_path / "plan.json").read_text())
+    assert len(plan.ops) >= 2 and plan.channel_ids() == (0, 1)
     result, _ = run_job(script, "p2enforcer", world_size, STEPS, tmp_path / "planned",
                         {"P2_PLAN_FILE": str(tmp_path / "plan.json"),
                          "P2_TRACE_FILE": str(tmp_path / "planned" / "trace.json")})

@@ -2,7 +2,7 @@
 
 import pytest
 
-from optimizer_service.accuracy import Candidate, evaluate, in_top, ranks, spearman
+from optimizer_service.hardware.accuracy import Candidate, evaluate, in_top, ranks, spearman
 
 
 def test_ranks_average_ties_and_spearman_matches_hand_values():

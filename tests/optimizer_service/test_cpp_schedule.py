@@ -13,18 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer_service import compiled_schedule
+from optimizer_service.syndicate import native_scheduler
 from optimizer_service.catalog import load_topology
-from optimizer_service.dag import TrainingDAG, comm, compute
+from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.evaluation import Problem
-from optimizer_service.motif_cost import MotifCostModel
-from optimizer_service.motifs import Kind
-from optimizer_service.scheduler import COMPUTE, Graph, Policy
-from optimizer_service.workloads import build, workload_names
+from optimizer_service.syndicate.problem import Problem
+from optimizer_service.syndicate.motif_cost import MotifCostModel
+from optimizer_service.plan.collective import Collective
+from optimizer_service.syndicate.scheduler import COMPUTE, Graph, Policy
+from optimizer_service.syndicate.workloads import build, workload_names
 
 PURE = os.environ.get("P2_PURE_PYTHON") == "1"
-native = pytest.mark.skipif(compiled_schedule.native is None,
+native = pytest.mark.skipif(PURE or native_scheduler.native is None,
                             reason="the compiled scheduler is off: P2_PURE_PYTHON=1, or not built "
                             "(test_the_extension_is_built fails then)")
 
@@ -60,16 +60,21 @@ def outcome(price, *args):
 @pytest.mark.skipif(PURE, reason="P2_PURE_PYTHON=1 asks for the Python scheduler")
 def test_the_extension_is_built():
     # scripts/setup.sh builds it (pip install -e); missing here means the build failed.
-    importlib.import_module("optimizer_service._schedule_cpp")
-    assert compiled_schedule.native is not None
+    importlib.import_module("optimizer_service.syndicate._schedule_cpp")
+    assert native_scheduler.native is not None
     assert workload_problem("cnn-dp").compiled is not None
 
 
 def test_p2_pure_python_turns_it_off():
-    code = "from optimizer_service import compiled_schedule as c; print(c.native is None)"
+    """The setting reaches Settings from the environment, and native=False prices in Python."""
+    code = "from optimizer_service.settings import Settings; print(Settings().pure_python)"
     env = dict(os.environ, P2_PURE_PYTHON="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+    problem = Problem(build("cnn-dp", cost_model().topology), cost_model(), native=False)
+    assert problem.compiled is None
+    choice = problem.greedy()
+    assert problem.cost_of(choice) == problem.python_cost_of(choice)
 
 
 @native
@@ -91,8 +96,8 @@ def test_every_workload_costs_exactly_the_same(name, slowed):
 @native
 def test_fifo_deadlock_and_bad_choices_fail_alike():
     # x is submitted first but waits for y: FIFO cannot issue either
-    dag = TrainingDAG("stuck", (comm("x", Kind.ALL_REDUCE, range(8), 1024, "y"),
-                                comm("y", Kind.ALL_REDUCE, range(8), 1024), compute("step", 0.001, "x")))
+    dag = TrainingDAG("stuck", (comm("x", Collective.ALL_REDUCE, range(8), 1024, "y"),
+                                comm("y", Collective.ALL_REDUCE, range(8), 1024), compute("step", 0.001, "x")))
     problem = Problem(dag, cost_model())
     choice = problem.greedy()
     python = outcome(problem.python_cost_of, choice, Policy.FIFO)
@@ -109,7 +114,7 @@ def test_fifo_deadlock_and_bad_choices_fail_alike():
     graph, seconds, _, _ = problem.graph(choice, False)
     python = outcome(graph.run, seconds, 0)
     assert python == "InvalidInputError: channel capacity 0 must be at least 1"
-    assert outcome(compiled_schedule.run, graph, seconds, 0) == python
+    assert outcome(native_scheduler.run, graph, seconds, 0) == python
 
 
 @st.composite
@@ -132,7 +137,7 @@ def task_graphs(draw):
 def test_random_graphs_schedule_exactly_the_same(graph, capacity, policy, ordered, slowdown):
     channel, after, program, seconds = graph
     g = Graph(channel, after, program, ordered=ordered)    # ordered keeps repeated edges, else sorts
-    assert (outcome(compiled_schedule.run, g, seconds, capacity, policy, slowdown)
+    assert (outcome(native_scheduler.run, g, seconds, capacity, policy, slowdown)
             == outcome(g.run, seconds, capacity, policy, slowdown))
 
 
@@ -141,5 +146,5 @@ def test_a_bad_slowdown_fails_alike():
     g = Graph([COMPUTE, 0], [[], []], [0, 1])
     python = outcome(g.run, [1.0, 1.0], 1, Policy.CRITICAL_PATH, {0: -1.0})
     assert python.startswith("InvalidInputError: channel 0 has compute slowdown -1.0")
-    assert outcome(compiled_schedule.run, g, [1.0, 1.0], 1, Policy.CRITICAL_PATH, {0: -1.0}).startswith(
+    assert outcome(native_scheduler.run, g, [1.0, 1.0], 1, Policy.CRITICAL_PATH, {0: -1.0}).startswith(
         "InvalidInputError: channel 0 has compute slowdown -1")

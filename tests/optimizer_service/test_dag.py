@@ -2,23 +2,25 @@
 
 import pytest
 
-from optimizer_service.dag import TrainingDAG, comm, compute, to_tasks
+from optimizer_service.syndicate.dag import TrainingDAG, comm, compute, to_tasks
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.motifs import Kind, Seq, on_channel, segment, spline_ring
-from optimizer_service.scheduler import schedule
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Seq, on_channel
+from optimizer_service.syndicate.transforms import segment, spline_ring
+from optimizer_service.syndicate.scheduler import schedule
 
 
 def seconds(motif):
-    return {Kind.REDUCE_SCATTER: 1.0, Kind.ALL_GATHER: 1.0, Kind.ALL_REDUCE: 3.0, Kind.ALL_TO_ALL: 2.0}[motif.kind]
+    return {Collective.REDUCE_SCATTER: 1.0, Collective.ALL_GATHER: 1.0, Collective.ALL_REDUCE: 3.0, Collective.ALL_TO_ALL: 2.0}[motif.kind]
 
 
 def one_iteration():
     return TrainingDAG("toy", (
         compute("dataprep", 0.5),
-        comm("a2a", Kind.ALL_TO_ALL, range(4), 64, "dataprep"),
+        comm("a2a", Collective.ALL_TO_ALL, range(4), 64, "dataprep"),
         compute("fwd", 2.0, "a2a", previous=["step"]),
         compute("bwd", 2.0, "fwd"),
-        comm("ar", Kind.ALL_REDUCE, range(4), 1000, "bwd"),
+        comm("ar", Collective.ALL_REDUCE, range(4), 1000, "bwd"),
         compute("step", 1.0, "ar"),
     ))
 

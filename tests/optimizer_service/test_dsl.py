@@ -1,7 +1,7 @@
 import pytest
 
-from optimizer_service.collective import Collective
-from optimizer_service.dsl import INSIDE_GROUP, Form, FormKind, Program, Reduction
+from optimizer_service.plan.collective import Collective
+from optimizer_service.p2.program import Form, FormKind, INSIDE_GROUP, Program, Reduction
 from optimizer_service.errors import InvalidInputError
 
 

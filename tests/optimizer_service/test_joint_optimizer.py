@@ -6,17 +6,19 @@ import itertools
 import pytest
 
 from optimizer_service.catalog import load_topology
-from optimizer_service.dag import TrainingDAG, comm, compute
+from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.evaluation import Problem, lower
-from optimizer_service.joint_plan import joint_plan
-from optimizer_service.motif_cost import MotifCostModel
-from optimizer_service.motifs import Kind, Motif, Par, Seq, comm_op, spline_tree
-from optimizer_service.plan_file import Plan
-from optimizer_service.scheduler import COMPUTE, Policy, Task, schedule
-from optimizer_service.search import mcmc
-from optimizer_service.systems import SYSTEMS, run_systems
-from optimizer_service.workloads import build, workload_names
+from optimizer_service.syndicate.problem import Problem, template_of
+from optimizer_service.syndicate.plan_export import joint_plan
+from optimizer_service.syndicate.motif_cost import MotifCostModel
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Motif, Par, Seq, comm_op
+from optimizer_service.syndicate.transforms import spline_tree
+from optimizer_service.plan.plan import Plan
+from optimizer_service.syndicate.scheduler import COMPUTE, Policy, Task, schedule
+from optimizer_service.syndicate.mcmc import mcmc
+from optimizer_service.syndicate.baselines import SYSTEMS, run_systems
+from optimizer_service.syndicate.workloads import build, workload_names
 
 TOPOLOGY = load_topology("hgx2-4n")
 COST = MotifCostModel(TOPOLOGY)
@@ -27,15 +29,15 @@ def figure6() -> TrainingDAG:
     wait for the same compute, and a step that needs both."""
     return TrainingDAG("figure6", (
         compute("bwd", 0.001),
-        comm("a2a", Kind.ALL_TO_ALL, range(32), 4096, "bwd"),
-        comm("ar", Kind.ALL_REDUCE, range(32), 8_000_000, "bwd"),
+        comm("a2a", Collective.ALL_TO_ALL, range(32), 4096, "bwd"),
+        comm("ar", Collective.ALL_REDUCE, range(32), 8_000_000, "bwd"),
         compute("step", 0.001, "a2a", "ar"),
     ))
 
 
 def test_a_tree_phase_is_one_task_priced_as_one_step():
-    op = comm_op(Kind.ALL_REDUCE, range(32), 1000)
-    template = lower(spline_tree(op, 8), COST.step_seconds)
+    op = comm_op(Collective.ALL_REDUCE, range(32), 1000)
+    template = template_of(spline_tree(op, 8), COST.step_seconds)
     # ∥ Reduce in every node, Reduce then Broadcast over the four roots, ∥ Broadcast in every node
     assert [len(m) for m in template.motifs] == [4, 1, 1, 4]
     assert template.after == ((), (0,), (1,), (2,)) and template.entries == (0,) and template.exits == (3,)
@@ -43,13 +45,13 @@ def test_a_tree_phase_is_one_task_priced_as_one_step():
 
 
 def test_segments_on_one_channel_share_it_and_on_two_run_together():
-    a = Motif(Kind.ALL_REDUCE, (0, 1), ((0, 50),))
-    b = Motif(Kind.ALL_REDUCE, (0, 1), ((50, 100),))
-    same = lower(Par((a, b)), lambda group: 1.0)
+    a = Motif(Collective.ALL_REDUCE, (0, 1), ((0, 50),))
+    b = Motif(Collective.ALL_REDUCE, (0, 1), ((50, 100),))
+    same = template_of(Par((a, b)), lambda group: 1.0)
     assert same.isolated == 2.0 and same.after == ((), ())
-    apart = lower(Par((a, Motif(Kind.ALL_REDUCE, (0, 1), ((50, 100),), channel=1))), lambda group: 1.0)
+    apart = template_of(Par((a, Motif(Collective.ALL_REDUCE, (0, 1), ((50, 100),), channel=1))), lambda group: 1.0)
     assert apart.isolated == 1.0
-    chain = lower(Seq((a, b)), lambda group: 1.0)
+    chain = template_of(Seq((a, b)), lambda group: 1.0)
     assert chain.after == ((), (0,)) and chain.isolated == 2.0
 
 
@@ -93,7 +95,7 @@ def test_the_joint_plan_beats_the_greedy_one_by_using_the_other_channel():
 def test_a_gpu_driven_channel_that_slows_compute_sends_the_overlapped_op_to_the_other():
     # An all-reduce beside 10 ms of compute: it hides on either channel, unless channel 0's
     # kernels slow the compute (scheduler "Interference"); then the search moves it to channel 1.
-    dag = TrainingDAG("overlap", (compute("fwd", 0.010), comm("ar", Kind.ALL_REDUCE, range(32), 1_000_000),
+    dag = TrainingDAG("overlap", (compute("fwd", 0.010), comm("ar", Collective.ALL_REDUCE, range(32), 1_000_000),
                                   compute("step", 0.001, "fwd", "ar")))
     links = tuple(dataclasses.replace(link, compute_slowdown=1.0) if link.channel == 0 else link
                   for link in TOPOLOGY.links)
@@ -170,7 +172,7 @@ def test_steady_state_counts_the_prefetch_the_first_iteration_cannot_have():
     # The next batch's data-prep all-to-all needs nothing of this iteration: Syndicate runs it
     # during fwd and bwd (1 ms each), except in the very first iteration.
     dag = TrainingDAG("prefetch", (
-        comm("prep", Kind.ALL_TO_ALL, range(32), 4096, issued_after_previous=["bwd"]),
+        comm("prep", Collective.ALL_TO_ALL, range(32), 4096, issued_after_previous=["bwd"]),
         compute("fwd", 0.001, "prep", previous=["bwd"]),
         compute("bwd", 0.001, "fwd"),
     ))
@@ -194,10 +196,10 @@ def test_unknown_workloads_and_channels_are_one_line_errors():
     with pytest.raises(InvalidInputError, match="unknown workload 'bert'.*--list"):
         build("bert", TOPOLOGY)
     with pytest.raises(InvalidInputError, match="no channel 5"):
-        COST.seconds(Motif(Kind.ALL_REDUCE, (0, 1), ((0, 8),), channel=5))
+        COST.seconds(Motif(Collective.ALL_REDUCE, (0, 1), ((0, 8),), channel=5))
 
 
-def fastest_alone(kind: Kind, elements: int, allowed=lambda o: True) -> str:
+def fastest_alone(kind: Collective, elements: int, allowed=lambda o: True) -> str:
     dag = TrainingDAG("one", (compute("c", 1e-6), comm("op", kind, range(32), elements, "c")))
     problem = Problem(dag, COST)
     return problem.options[0][problem.greedy(allowed)[0]].base
@@ -206,7 +208,7 @@ def fastest_alone(kind: Kind, elements: int, allowed=lambda o: True) -> str:
 def test_all_to_all_is_splined_more_as_it_grows():
     # hgx2-4n's NICs lose throughput to incast (192 flows into a node for a whole 32-rank
     # all-to-all): small blocks stay whole (fewer motifs to launch), large ones go pairwise.
-    windows = [fastest_alone(Kind.ALL_TO_ALL, nbytes // 4, lambda o: o.channel == "ch0")
+    windows = [fastest_alone(Collective.ALL_TO_ALL, nbytes // 4, lambda o: o.channel == "ch0")
                for nbytes in (4 << 10, 64 << 10, 1 << 20, 16 << 20)]
     sizes = [32 if w == "a2a" else int(w.removeprefix("spline")) for w in windows]
     assert sizes[0] == 32 and sizes[-1] < 4
@@ -220,5 +222,5 @@ def test_todays_stack_runs_all_to_all_whole_on_channel_zero():
         for op, k in enumerate(results[name].choice):
             option = problem.options[op][k]
             assert option.channel == "ch0" and not option.base.startswith("spline"), (name, option.name)
-    a2a = [op for op, node in enumerate(problem.comm_nodes) if problem.dag.nodes[node].comm.kind is Kind.ALL_TO_ALL]
+    a2a = [op for op, node in enumerate(problem.comm_nodes) if problem.dag.nodes[node].comm.kind is Collective.ALL_TO_ALL]
     assert any(problem.options[op][results["HO"].choice[op]].base.startswith("spline") for op in a2a)

@@ -6,11 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from optimizer_service.layout import WHOLE, LayoutError, cut, element_ranges, merge, plan_layout
+from optimizer_service.errors import LayoutError
+from optimizer_service.plan.layout import WHOLE, cut, element_ranges, merge, plan_layout
 from optimizer_service.catalog import load_topology
-from optimizer_service.collective import Collective
-from optimizer_service.lowering import LoweredProgram
-from optimizer_service.planner import synthesize_placements
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.lowered import LoweredProgram
+from optimizer_service.p2.planner import synthesize_placements
 from tests.optimizer_service.test_numeric_oracle import CONFIGURATIONS
 
 

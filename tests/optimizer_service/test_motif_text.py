@@ -1,4 +1,4 @@
-"""The text form of motif plans: ``parse_plan(str(p)) == p`` for every plan the
+"""The text form of motif plans: ``parse_composition(str(p)) == p`` for every plan the
 operators build, and malformed text is rejected with one line naming the part."""
 
 from dataclasses import replace
@@ -8,17 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.motifs import (
-    Kind,
-    Motif,
-    Par,
-    Seq,
-    check_motif,
-    comm_op,
-    motifs_of,
-    on_channel,
-    parse_plan,
-    rewrite,
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Motif, Par, Seq, check_motif, comm_op, motifs_of, on_channel, rewrite
+from optimizer_service.plan.motif_text import parse_composition, parse_motif
+from optimizer_service.syndicate.transforms import (
     segment,
     spline_all_to_all,
     spline_broadcast,
@@ -40,32 +33,32 @@ PRINTED = [
 
 @pytest.mark.parametrize("text", PRINTED)
 def test_printed_examples_parse_back_to_the_same_text(text):
-    assert str(parse_plan(text)) == text
+    assert str(parse_composition(text)) == text
 
 
 def test_the_printed_form_of_the_motif_docstring_parses_to_the_expected_values():
-    ring = parse_plan("(ReduceScatter(0,1)[0:2][2:4] ch1 -> AllGather(0,1)[0:2][2:4] ch1)")
-    rs = Motif(Kind.REDUCE_SCATTER, (0, 1), ((0, 2), (2, 4)), channel=1)
-    assert ring == Seq((rs, replace(rs, kind=Kind.ALL_GATHER)))
-    assert parse_plan("AllToAll(0,1,2,3)[0:5] dst+[0:2]") == Motif(Kind.ALL_TO_ALL, (0, 1, 2, 3), ((0, 5),), (0, 2))
-    assert parse_plan("(AllReduce(0,1)[0:3] || AllReduce(0,1)[3:6])") == Par(
-        (Motif(Kind.ALL_REDUCE, (0, 1), ((0, 3),)), Motif(Kind.ALL_REDUCE, (0, 1), ((3, 6),))))
+    ring = parse_composition("(ReduceScatter(0,1)[0:2][2:4] ch1 -> AllGather(0,1)[0:2][2:4] ch1)")
+    rs = Motif(Collective.REDUCE_SCATTER, (0, 1), ((0, 2), (2, 4)), channel=1)
+    assert ring == Seq((rs, replace(rs, kind=Collective.ALL_GATHER)))
+    assert parse_composition("AllToAll(0,1,2,3)[0:5] dst+[0:2]") == Motif(Collective.ALL_TO_ALL, (0, 1, 2, 3), ((0, 5),), (0, 2))
+    assert parse_composition("(AllReduce(0,1)[0:3] || AllReduce(0,1)[3:6])") == Par(
+        (Motif(Collective.ALL_REDUCE, (0, 1), ((0, 3),)), Motif(Collective.ALL_REDUCE, (0, 1), ((3, 6),))))
 
 
 def test_whitespace_ch0_and_grouping_parentheses_are_accepted():
-    assert parse_plan("  AllReduce( 0 , 1 ) [0:4]  ch0 ") == Motif(Kind.ALL_REDUCE, (0, 1), ((0, 4),))
-    assert parse_plan("((AllReduce(0,1)[0:4]))") == Motif(Kind.ALL_REDUCE, (0, 1), ((0, 4),))
-    assert Motif.parse("Reduce(2,0)[1:3] ch4") == Motif(Kind.REDUCE, (2, 0), ((1, 3),), channel=4)
+    assert parse_composition("  AllReduce( 0 , 1 ) [0:4]  ch0 ") == Motif(Collective.ALL_REDUCE, (0, 1), ((0, 4),))
+    assert parse_composition("((AllReduce(0,1)[0:4]))") == Motif(Collective.ALL_REDUCE, (0, 1), ((0, 4),))
+    assert parse_motif("Reduce(2,0)[1:3] ch4") == Motif(Collective.REDUCE, (2, 0), ((1, 3),), channel=4)
 
 
 def test_nested_compositions_keep_their_structure():
-    a, b, c = (Motif(Kind.ALL_REDUCE, (0, 1), ((k, k + 1),)) for k in range(3))
+    a, b, c = (Motif(Collective.ALL_REDUCE, (0, 1), ((k, k + 1),)) for k in range(3))
     for plan in (Seq((Seq((a, b)), c)), Seq((a, Seq((b, c)))), Par((Seq((a, b)), c)), Seq((Par((a, b)), c))):
-        assert parse_plan(str(plan)) == plan
+        assert parse_composition(str(plan)) == plan
 
 
 # -------------------------------------------------------------- round trips
-KINDS = list(Kind)
+KINDS = list(Collective)
 
 
 @st.composite
@@ -83,10 +76,10 @@ def transform(draw, plan):
         return rewrite(plan, lambda m: segment(m, max(1, -(-max(b - a for a, b in m.ranges) // pieces))))
     if step == "channel":
         return on_channel(plan, channel)
-    operator, kind = {"ring": (spline_ring, Kind.ALL_REDUCE),
-                      "tree": (lambda m: spline_tree(m, n), Kind.ALL_REDUCE),
-                      "all_to_all": (lambda m: spline_all_to_all(m, n - 1), Kind.ALL_TO_ALL),
-                      "broadcast": (spline_broadcast, Kind.BROADCAST)}[step]
+    operator, kind = {"ring": (spline_ring, Collective.ALL_REDUCE),
+                      "tree": (lambda m: spline_tree(m, n), Collective.ALL_REDUCE),
+                      "all_to_all": (lambda m: spline_all_to_all(m, n - 1), Collective.ALL_TO_ALL),
+                      "broadcast": (spline_broadcast, Collective.BROADCAST)}[step]
     return rewrite(plan, operator, lambda m: m.kind is kind)
 
 
@@ -110,17 +103,17 @@ compositions = st.recursive(
 @given(compositions)
 def test_every_composed_plan_round_trips_through_its_text(plan):
     text = str(plan)
-    assert parse_plan(text) == plan
+    assert parse_composition(text) == plan
     for motif in motifs_of(plan):
         check_motif(motif)
-        assert Motif.parse(str(motif)) == motif
+        assert parse_motif(str(motif)) == motif
 
 
 @settings(max_examples=100, deadline=None)
 @given(operator_plans())
 def test_parsing_ignores_extra_whitespace(plan):
     spaced = str(plan).replace("(", " ( ").replace("[", " [ ").replace(":", " : ").replace(",", " , ")
-    assert parse_plan(spaced) == plan
+    assert parse_composition(spaced) == plan
 
 
 # ----------------------------------------------------------------- malformed
@@ -161,27 +154,27 @@ MALFORMED = [
 @pytest.mark.parametrize("text, message", MALFORMED)
 def test_malformed_text_is_rejected_with_one_line_naming_the_part(text, message):
     with pytest.raises(InvalidInputError) as error:
-        parse_plan(text)
+        parse_composition(text)
     assert message in str(error.value)
     assert "\n" not in str(error.value)
 
 
 def test_the_error_names_the_motif_deep_inside_a_long_plan():
-    plan = rewrite(segment(comm_op(Kind.ALL_REDUCE, range(4), 100), 10), spline_ring)
+    plan = rewrite(segment(comm_op(Collective.ALL_REDUCE, range(4), 100), 10), spline_ring)
     text = str(plan).replace("AllGather(0,1,2,3)[40:42]", "AllGather(0,1,2,3)[42:40]")
     with pytest.raises(InvalidInputError, match=r"near 'AllGather\(0,1,2,3\)\[42:40\].*range \[42:40\]"):
-        parse_plan(text)
+        parse_composition(text)
 
 
 def test_motif_parse_wants_exactly_one_motif():
     with pytest.raises(InvalidInputError, match="expected one motif, got a composition"):
-        Motif.parse("(AllReduce(0,1)[0:2] || AllReduce(0,1)[2:4])")
+        parse_motif("(AllReduce(0,1)[0:2] || AllReduce(0,1)[2:4])")
 
 
 @pytest.mark.parametrize("motif, message", [
-    (Motif(Kind.ALL_REDUCE, (), ((0, 1),)), "needs distinct ranks"),
-    (Motif(Kind.ALL_REDUCE, (0, 1), ((0, 1),), window=(0, 1)), "only AllToAll"),
-    (Motif(Kind.ALL_REDUCE, (0, 1), ((0, 1),), channel=-1), "channel -1"),
+    (Motif(Collective.ALL_REDUCE, (), ((0, 1),)), "needs distinct ranks"),
+    (Motif(Collective.ALL_REDUCE, (0, 1), ((0, 1),), window=(0, 1)), "only AllToAll"),
+    (Motif(Collective.ALL_REDUCE, (0, 1), ((0, 1),), channel=-1), "channel -1"),
 ])
 def test_check_motif_rejects_what_has_no_text_form(motif, message):
     with pytest.raises(InvalidInputError, match=message):

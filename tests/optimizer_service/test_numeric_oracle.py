@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from optimizer_service.catalog import load_topology
-from optimizer_service.planner import synthesize_placements
-from optimizer_service.topology import Topology
+from optimizer_service.p2.planner import synthesize_placements
+from optimizer_service.hardware.topology import Topology
 from tests.support.numeric_oracle import OracleError, check_program, reduction_partners, run
 
 THREE_LEVELS = Topology.from_yaml("""

@@ -3,7 +3,7 @@ import math
 import pytest
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.placement import ParallelismMatrix, check_axes, count_matrices, enumerate_matrices
+from optimizer_service.p2.placement import ParallelismMatrix, check_axes, count_matrices, enumerate_matrices
 
 
 def test_table_3_matrices_for_4x16():

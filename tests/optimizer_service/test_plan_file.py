@@ -8,16 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer_service.plan_file import KINDS, OpKey, OpPlan, Plan, PlanError, whole_op
-from optimizer_service.motifs import (
-    Kind,
-    Motif,
-    Par,
-    Seq,
-    comm_op,
-    even_split,
-    on_channel,
-    rewrite,
+from optimizer_service.plan.op_plan import KINDS, OpKey, OpPlan, whole_op
+from optimizer_service.plan.plan import Plan
+from optimizer_service.errors import PlanError
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Motif, Par, Seq, comm_op, even_split, on_channel, rewrite
+from optimizer_service.syndicate.transforms import (
     segment,
     spline_all_to_all,
     spline_broadcast,
@@ -54,9 +50,9 @@ def test_the_documented_example_parses_to_the_expected_values():
     assert plan.channels == {0: None, 1: "nic1"} and plan.channel_ids() == (0, 1)
     (op,) = plan.ops
     assert op.key == OpKey(0, "all_reduce", 32, (4, 5, 6, 7))
-    assert op.plan == spline_ring(comm_op(Kind.ALL_REDUCE, range(4), 8))
+    assert op.plan == spline_ring(comm_op(Collective.ALL_REDUCE, range(4), 8))
     assert op.order == (0, 1)
-    assert [m.kind for m in op.motifs] == [Kind.REDUCE_SCATTER, Kind.ALL_GATHER]
+    assert [m.kind for m in op.motifs] == [Collective.REDUCE_SCATTER, Collective.ALL_GATHER]
 
 
 def test_optional_fields_have_defaults():
@@ -66,10 +62,10 @@ def test_optional_fields_have_defaults():
 
 
 def sample_plan():
-    tree = spline_tree(comm_op(Kind.ALL_REDUCE, range(4), 10), 2)
-    a2a = on_channel(spline_all_to_all(comm_op(Kind.ALL_TO_ALL, range(3), 5), 2), 1)
+    tree = spline_tree(comm_op(Collective.ALL_REDUCE, range(4), 10), 2)
+    a2a = on_channel(spline_all_to_all(comm_op(Collective.ALL_TO_ALL, range(3), 5), 2), 1)
     ops = (OpPlan.of(OpKey(0, "all_reduce", 40, (4, 5, 6, 7)), tree),
-           OpPlan.of(OpKey(1, "all_reduce", 40, (4, 5, 6, 7)), rewrite(segment(comm_op(Kind.ALL_REDUCE, range(4), 10), 4),
+           OpPlan.of(OpKey(1, "all_reduce", 40, (4, 5, 6, 7)), rewrite(segment(comm_op(Collective.ALL_REDUCE, range(4), 10), 4),
                                                                      spline_ring), base=4),
            OpPlan.of(OpKey(0, "all_to_all", 60, (2, 0, 1)), a2a, base=2),
            whole_op(OpKey(0, "broadcast", 28, (1, 3), root=1), 7, base=9),
@@ -97,7 +93,7 @@ def op_plans(draw, seq):
     group = tuple(draw(st.permutations(range(8)))[:p])
     elements = draw(st.integers(0, 10 ** 6))
     kind = draw(st.sampled_from(["all_reduce", "all_to_all"]))
-    motif = comm_op(Kind.ALL_REDUCE if kind == "all_reduce" else Kind.ALL_TO_ALL, range(p), elements)
+    motif = comm_op(Collective.ALL_REDUCE if kind == "all_reduce" else Collective.ALL_TO_ALL, range(p), elements)
     if kind == "all_reduce":
         step = draw(st.sampled_from([spline_ring, lambda m: spline_tree(m, 2), pieces(elements // 3)]))
     else:
@@ -200,7 +196,7 @@ def test_ops_on_different_groups_may_share_a_seq():
 
 def test_a_one_part_composition_has_no_text_form_and_is_rejected():
     with pytest.raises(PlanError, match="a composition needs at least two parts, got 1"):
-        OpPlan.of(OpKey(0, "all_reduce", 8, (0, 1)), Seq((comm_op(Kind.ALL_REDUCE, (0, 1), 2),)))
+        OpPlan.of(OpKey(0, "all_reduce", 8, (0, 1)), Seq((comm_op(Collective.ALL_REDUCE, (0, 1), 2),)))
 
 
 def test_check_world():
@@ -233,14 +229,14 @@ def test_member_sets_are_global_ranks_per_channel():
 
 
 def test_dependencies_of_a_ring_spline():
-    op = OpPlan.of(OpKey(0, "all_reduce", 0, (0, 1, 2)), spline_ring(comm_op(Kind.ALL_REDUCE, range(3), 9)), base=7)
+    op = OpPlan.of(OpKey(0, "all_reduce", 0, (0, 1, 2)), spline_ring(comm_op(Collective.ALL_REDUCE, range(3), 9)), base=7)
     assert op.dependencies() == ((), (0,))
     assert op.order == (7, 8)
 
 
 def test_dependencies_of_a_tree_spline():
     # ((R01 || R23) -> (R02 -> B02) -> (B01 || B23))
-    op = OpPlan.of(OpKey(0, "all_reduce", 0, (0, 1, 2, 3)), spline_tree(comm_op(Kind.ALL_REDUCE, range(4), 9), 2))
+    op = OpPlan.of(OpKey(0, "all_reduce", 0, (0, 1, 2, 3)), spline_tree(comm_op(Collective.ALL_REDUCE, range(4), 9), 2))
     assert [str(m).split("[")[0] for m in op.motifs] == \
         ["Reduce(0,1)", "Reduce(2,3)", "Reduce(0,2)", "Broadcast(0,2)", "Broadcast(0,1)", "Broadcast(2,3)"]
     assert op.dependencies() == ((), (), (0, 1), (2,), (3,), (3,))
@@ -248,7 +244,7 @@ def test_dependencies_of_a_tree_spline():
 
 
 def test_dependencies_of_segments_then_rings_are_per_segment():
-    plan = rewrite(segment(comm_op(Kind.ALL_REDUCE, range(2), 10), 5), spline_ring)
+    plan = rewrite(segment(comm_op(Collective.ALL_REDUCE, range(2), 10), 5), spline_ring)
     op = OpPlan.of(OpKey(0, "all_reduce", 0, (0, 1)), plan)
     assert op.dependencies() == ((), (0,), (), (2,))
     assert op.order == (0, 1, 0, 1)
@@ -256,14 +252,14 @@ def test_dependencies_of_segments_then_rings_are_per_segment():
 
 def test_an_order_may_number_dependent_motifs_alike_or_later():
     key = OpKey(0, "all_reduce", 0, (0, 1, 2))
-    ring = spline_ring(comm_op(Kind.ALL_REDUCE, range(3), 9))
+    ring = spline_ring(comm_op(Collective.ALL_REDUCE, range(3), 9))
     assert OpPlan.of(key, ring, [4, 4]).order == (4, 4)
     assert OpPlan.of(key, ring, [4, 10]).order == (4, 10)
 
 
 # ---------------------------------------------------------- validate: accepts
 def all_reduce_plans(p, n):
-    op = comm_op(Kind.ALL_REDUCE, range(p), n)
+    op = comm_op(Collective.ALL_REDUCE, range(p), n)
     third = -(-n // 3)
     return {"whole": op, "segment": segment(op, max(1, third)), "ring": spline_ring(op),
             "tree 2": spline_tree(op, 2), "tree 3": spline_tree(op, 3),
@@ -276,19 +272,19 @@ def all_reduce_plans(p, n):
 
 
 def reduce_scatter_plans(p, n):
-    op = comm_op(Kind.REDUCE_SCATTER, range(p), p * n)
+    op = comm_op(Collective.REDUCE_SCATTER, range(p), p * n)
     blocks = [(k * n, (k + 1) * n) for k in range(p)]
-    to_owner = [Motif(Kind.REDUCE, (k, *(r for r in range(p) if r != k)), (blocks[k],)) for k in range(p)]
+    to_owner = [Motif(Collective.REDUCE, (k, *(r for r in range(p) if r != k)), (blocks[k],)) for k in range(p)]
     return {"whole": op, "segment": segment(op, max(1, n // 3)),
             "reduce to each owner": Par(tuple(to_owner)) if p > 1 else to_owner[0],
-            "all-reduce of everything": comm_op(Kind.ALL_REDUCE, range(p), p * n),
-            "ring all-reduce of everything": spline_ring(comm_op(Kind.ALL_REDUCE, range(p), p * n))}
+            "all-reduce of everything": comm_op(Collective.ALL_REDUCE, range(p), p * n),
+            "ring all-reduce of everything": spline_ring(comm_op(Collective.ALL_REDUCE, range(p), p * n))}
 
 
 def all_gather_plans(p, n):
-    op = comm_op(Kind.ALL_GATHER, range(p), p * n)
+    op = comm_op(Collective.ALL_GATHER, range(p), p * n)
     blocks = [(k * n, (k + 1) * n) for k in range(p)]
-    from_owner = [Motif(Kind.BROADCAST, (k, *(r for r in range(p) if r != k)), (blocks[k],)) for k in range(p)]
+    from_owner = [Motif(Collective.BROADCAST, (k, *(r for r in range(p) if r != k)), (blocks[k],)) for k in range(p)]
     broadcasts = Par(tuple(from_owner)) if p > 1 else from_owner[0]
     return {"whole": op, "segment": segment(op, max(1, n // 3)), "broadcast from each owner": broadcasts,
             "split broadcasts": rewrite(broadcasts, spline_broadcast),
@@ -297,10 +293,10 @@ def all_gather_plans(p, n):
 
 def broadcast_plans(p, n, root):
     others = tuple(r for r in range(p) if r != root)
-    op = Motif(Kind.BROADCAST, (root, *others), ((0, n),))
+    op = Motif(Collective.BROADCAST, (root, *others), ((0, n),))
     parts = even_split(0, n, p)
-    scatter = [Motif(Kind.BROADCAST, (root, k), (parts[k],)) for k in others]
-    allgather = Motif(Kind.ALL_GATHER, tuple(range(p)), parts)
+    scatter = [Motif(Collective.BROADCAST, (root, k), (parts[k],)) for k in others]
+    allgather = Motif(Collective.ALL_GATHER, tuple(range(p)), parts)
     scatter_allgather = Seq((scatter[0] if len(scatter) == 1 else Par(tuple(scatter)), allgather)) if scatter else op
     return {"whole": op, "segment": segment(op, max(1, n // 3)), "split": spline_broadcast(op),
             "split then segment": rewrite(spline_broadcast(op), pieces(n // 2)),
@@ -308,7 +304,7 @@ def broadcast_plans(p, n, root):
 
 
 def all_to_all_plans(p, d):
-    op = comm_op(Kind.ALL_TO_ALL, range(p), d)
+    op = comm_op(Collective.ALL_TO_ALL, range(p), d)
     return {"whole": op, "windows of 1": spline_all_to_all(op, 1), "windows of 2": spline_all_to_all(op, 2),
             "segment": segment(op, max(1, d // 3)),
             "segment then windows": rewrite(segment(op, max(1, d // 3)), lambda m: spline_all_to_all(m, 2))}
@@ -368,7 +364,7 @@ def test_whole_op_texts():
 
 def test_validate_works_through_json_on_a_billion_elements():
     text = document(op_entry(group=[0, 1, 2, 3, 4, 5, 6, 7],
-                             plan=str(rewrite(segment(comm_op(Kind.ALL_REDUCE, range(8), 10 ** 9), 3 * 10 ** 8),
+                             plan=str(rewrite(segment(comm_op(Collective.ALL_REDUCE, range(8), 10 ** 9), 3 * 10 ** 8),
                                               spline_ring)),
                              order=[0, 1] * 4, bytes=4 * 10 ** 9))
     (op,) = Plan.parse(text).ops
@@ -387,7 +383,7 @@ AR4 = OpKey(0, "all_reduce", 0, (4, 5, 6, 7))
 
 
 def test_validate_rejects_a_missing_segment():
-    seg = segment(comm_op(Kind.ALL_REDUCE, range(4), 100), 30)
+    seg = segment(comm_op(Collective.ALL_REDUCE, range(4), 100), 30)
     plan = Par(seg.parts[:2] + seg.parts[3:])
     message = rejected(AR4, rewrite(plan, spline_ring), 100)
     assert message == ("plan op 0 (all_reduce on group [4,5,6,7]): the motifs do not compute all_reduce: "
@@ -395,74 +391,74 @@ def test_validate_rejects_a_missing_segment():
 
 
 def test_validate_rejects_a_range_counted_twice():
-    op = comm_op(Kind.ALL_REDUCE, range(4), 100)
-    twice = Par((Motif(Kind.ALL_REDUCE, tuple(range(4)), ((0, 60),)), Motif(Kind.ALL_REDUCE, tuple(range(4)), ((40, 100),))))
+    op = comm_op(Collective.ALL_REDUCE, range(4), 100)
+    twice = Par((Motif(Collective.ALL_REDUCE, tuple(range(4)), ((0, 60),)), Motif(Collective.ALL_REDUCE, tuple(range(4)), ((40, 100),))))
     assert "ends with a wrong value in elements [40:60)" in rejected(AR4, twice, 100)
     assert "ends with a wrong value in elements [0:100)" in rejected(AR4, Seq((op, op)), 100)
 
 
 def test_validate_rejects_a_range_past_the_end():
-    plan = spline_ring(comm_op(Kind.ALL_REDUCE, range(4), 100))
+    plan = spline_ring(comm_op(Collective.ALL_REDUCE, range(4), 100))
     assert rejected(AR4, plan, 99) == ("plan op 0 (all_reduce on group [4,5,6,7]): motif 0 (ReduceScatter(0,1,2,3)"
                                        "[0:25] [25:50] [50:75] [75:100]) reaches 100 but the buffer has 99 elements")
 
 
 def test_validate_rejects_a_plan_made_for_a_smaller_buffer():
-    plan = spline_ring(comm_op(Kind.ALL_REDUCE, range(4), 100))
+    plan = spline_ring(comm_op(Collective.ALL_REDUCE, range(4), 100))
     assert "member 0 (rank 4) ends with a wrong value in elements [100:101)" in rejected(AR4, plan, 101)
 
 
 def test_validate_rejects_parallel_parts_that_depend_on_each_other():
-    plan = Par((Motif(Kind.REDUCE, (0, 1, 2, 3), ((0, 8),)), Motif(Kind.BROADCAST, (0, 1, 2, 3), ((0, 8),))))
+    plan = Par((Motif(Collective.REDUCE, (0, 1, 2, 3), ((0, 8),)), Motif(Collective.BROADCAST, (0, 1, 2, 3), ((0, 8),))))
     assert "parallel parts of the plan touch the same elements" in rejected(AR4, plan, 8)
 
 
 def test_validate_rejects_an_all_gather_that_misses_a_block():
     key = OpKey(0, "all_gather", 0, (0, 1, 2))
-    plan = Motif(Kind.ALL_GATHER, (0, 1, 2), ((0, 5), (5, 10), (10, 14)))
+    plan = Motif(Collective.ALL_GATHER, (0, 1, 2), ((0, 5), (5, 10), (10, 14)))
     assert "member 0 (rank 0) never receives elements [14:15)" in rejected(key, plan, 5)
 
 
 def test_validate_rejects_a_reduce_scatter_to_the_wrong_owner():
     key = OpKey(0, "reduce_scatter", 0, (0, 1))
-    plan = Motif(Kind.REDUCE_SCATTER, (1, 0), ((0, 4), (4, 8)))
+    plan = Motif(Collective.REDUCE_SCATTER, (1, 0), ((0, 4), (4, 8)))
     assert "member 0 (rank 0) ends with a wrong value in elements [0:4)" in rejected(key, plan, 4)
 
 
 def test_validate_rejects_a_broadcast_from_the_wrong_root():
     key = OpKey(0, "broadcast", 0, (0, 1, 2), root=2)
-    message = rejected(key, comm_op(Kind.BROADCAST, range(3), 9), 9)
+    message = rejected(key, comm_op(Collective.BROADCAST, range(3), 9), 9)
     assert message.startswith("plan op 0 (broadcast from position 2 on group [0,1,2]): the motifs do not compute "
                               "broadcast: member 0 (rank 0) ends with a wrong value in elements [0:9)")
 
 
 def test_validate_rejects_an_all_to_all_that_misses_a_window():
     key = OpKey(0, "all_to_all", 0, (0, 1, 2, 3))
-    plan = spline_all_to_all(comm_op(Kind.ALL_TO_ALL, range(4), 5), 2).parts[0]
+    plan = spline_all_to_all(comm_op(Collective.ALL_TO_ALL, range(4), 5), 2).parts[0]
     assert "never receives columns [0:5) from member" in rejected(key, plan, 20)
 
 
 def test_validate_rejects_an_all_to_all_that_does_not_split_evenly():
     key = OpKey(0, "all_to_all", 0, (0, 1, 2))
     assert "all_to_all of 10 elements does not split into 3 equal blocks" in \
-        rejected(key, comm_op(Kind.ALL_TO_ALL, range(3), 3), 10)
+        rejected(key, comm_op(Collective.ALL_TO_ALL, range(3), 3), 10)
 
 
 def test_validate_rejects_a_negative_size():
-    assert "-1 elements is not a size" in rejected(AR4, comm_op(Kind.ALL_REDUCE, range(4), 0), -1)
+    assert "-1 elements is not a size" in rejected(AR4, comm_op(Collective.ALL_REDUCE, range(4), 0), -1)
 
 
 def test_reduce_scatter_does_not_care_about_other_blocks():
     key = OpKey(0, "reduce_scatter", 0, (0, 1, 2))
-    OpPlan.of(key, Par(tuple(Motif(Kind.REDUCE, (k, *(r for r in range(3) if r != k)), ((4 * k, 4 * k + 4),))
+    OpPlan.of(key, Par(tuple(Motif(Collective.REDUCE, (k, *(r for r in range(3) if r != k)), ((4 * k, 4 * k + 4),))
                              for k in range(3)))).validate(4)
-    missing_one = Par(tuple(Motif(Kind.REDUCE, (k, *(r for r in range(3) if r != k)), ((4 * k, 4 * k + 4),))
+    missing_one = Par(tuple(Motif(Collective.REDUCE, (k, *(r for r in range(3) if r != k)), ((4 * k, 4 * k + 4),))
                             for k in range(2)))
     assert "member 2 (rank 2) ends with a wrong value in elements [8:12)" in rejected(key, missing_one, 4)
 
 
 def test_channels_do_not_change_what_validate_accepts():
-    plan = rewrite(segment(comm_op(Kind.ALL_REDUCE, range(3), 10), 4), spline_ring)
+    plan = rewrite(segment(comm_op(Collective.ALL_REDUCE, range(3), 10), 4), spline_ring)
     two_channels = Par(tuple(on_channel(part, k % 2) for k, part in enumerate(plan.parts)))
     OpPlan.of(OpKey(0, "all_reduce", 0, (0, 1, 2)), two_channels).validate(10)
     assert {m.channel for m in OpPlan.of(OpKey(0, "all_reduce", 0, (0, 1, 2)), two_channels).motifs} == {0, 1}
@@ -473,7 +469,7 @@ def test_validate_cuts_the_compressed_buffer_at_block_boundaries():
     # second block belongs to (reduce_scatter) or comes from (all_gather) member 1.
     scatter = OpKey(0, "reduce_scatter", 0, (0, 1, 2))
     assert "member 1 (rank 1) ends with a wrong value in elements [4:8)" in \
-        rejected(scatter, Par((Motif(Kind.REDUCE, (0, 1, 2), ((0, 8),)), Motif(Kind.REDUCE, (2, 0, 1), ((8, 12),)))), 4)
+        rejected(scatter, Par((Motif(Collective.REDUCE, (0, 1, 2), ((0, 8),)), Motif(Collective.REDUCE, (2, 0, 1), ((8, 12),)))), 4)
     gather = OpKey(0, "all_gather", 0, (0, 1, 2))
     assert "never receives elements [4:8)" in \
-        rejected(gather, Par((Motif(Kind.BROADCAST, (0, 1, 2), ((0, 8),)), Motif(Kind.BROADCAST, (2, 0, 1), ((8, 12),)))), 4)
+        rejected(gather, Par((Motif(Collective.BROADCAST, (0, 1, 2), ((0, 8),)), Motif(Collective.BROADCAST, (2, 0, 1), ((8, 12),)))), 4)

@@ -2,10 +2,11 @@
 
 import pytest
 
-from optimizer_service.plan_file import OpKey, OpPlan
-from optimizer_service.program_motifs import program_motifs
-from optimizer_service.lowering import LoweredProgram, PlacementMap
-from optimizer_service.planner import synthesize_placements
+from optimizer_service.plan.op_plan import OpKey, OpPlan
+from optimizer_service.syndicate.program_motifs import program_motifs
+from optimizer_service.plan.lowered import LoweredProgram
+from optimizer_service.p2.lowering import PlacementMap
+from optimizer_service.p2.planner import synthesize_placements
 from tests.enforcer.test_executor import CONFIGURATIONS
 
 

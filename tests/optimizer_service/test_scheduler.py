@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.scheduler import COMPUTE, Task, bottom_levels, schedule
+from optimizer_service.syndicate.scheduler import COMPUTE, Task, bottom_levels, schedule
 
 
 def test_a_chain_runs_back_to_back():

@@ -2,7 +2,7 @@ import pytest
 
 from optimizer_service.catalog import load_topology, preset_names
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.topology import Topology
+from optimizer_service.hardware.topology import Topology
 
 GOOD = """
 name: t

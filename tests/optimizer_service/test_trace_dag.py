@@ -5,11 +5,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from optimizer_service.dag import to_tasks
+from optimizer_service.syndicate.dag import to_tasks
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.motifs import Kind, comm_op
-from optimizer_service.scheduler import schedule
-from optimizer_service.trace_dag import dag_from_traces, trace_iteration_seconds
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import comm_op
+from optimizer_service.syndicate.scheduler import schedule
+from optimizer_service.syndicate.trace_dag import dag_from_traces, trace_iteration_seconds
 
 
 def op(kind, nbytes, issued, completed, group=(0, 1), root=0):
@@ -50,8 +51,8 @@ def test_a_blocking_chain_alternates_compute_and_ops():
     assert node(dag, "compute#1").after == ("all_reduce#0",)
     assert node(dag, "all_reduce#1").after == ("compute#1",)
     assert node(dag, "step").after == ("compute#1", "all_reduce#1")
-    assert node(dag, "all_reduce#0").comm == comm_op(Kind.ALL_REDUCE, (0, 1), 100)
-    assert node(dag, "all_reduce#1").comm == comm_op(Kind.ALL_REDUCE, (0, 1), 200)
+    assert node(dag, "all_reduce#0").comm == comm_op(Collective.ALL_REDUCE, (0, 1), 100)
+    assert node(dag, "all_reduce#1").comm == comm_op(Collective.ALL_REDUCE, (0, 1), 200)
     assert "iteration 1" in dag.description and "2 ops" in dag.description and "1.25 s of compute" in dag.description
     assert trace_iteration_seconds([blocking_trace()]) == 2.0  # 5.0 - 3.0
 
@@ -107,15 +108,15 @@ def test_every_comm_kind_maps_to_its_motif_and_other_ops_become_compute():
            op("all_reduce_coalesced", 64, 11.0, 11.125, group)]
     later = [dict(o, issued=o["issued"] + 20, completed=o["issued"] + 20.5) for o in ops]
     dag = dag_from_traces([trace(ops, later, world_size=8)], iteration=0)
-    expected = {"all_reduce#0": comm_op(Kind.ALL_REDUCE, group, 101),
-                "broadcast#1": comm_op(Kind.BROADCAST, (5, 7, 2), 1000),
-                "reduce#2": comm_op(Kind.REDUCE, group, 1000),
-                "all_gather#3": comm_op(Kind.ALL_GATHER, group, 300),
-                "all_gather_into_tensor#4": comm_op(Kind.ALL_GATHER, group, 300),
-                "reduce_scatter#5": comm_op(Kind.REDUCE_SCATTER, group, 300),
-                "reduce_scatter_tensor#6": comm_op(Kind.REDUCE_SCATTER, group, 300),
-                "all_to_all#7": comm_op(Kind.ALL_TO_ALL, group, 100),
-                "all_to_all_single#8": comm_op(Kind.ALL_TO_ALL, group, 101)}
+    expected = {"all_reduce#0": comm_op(Collective.ALL_REDUCE, group, 101),
+                "broadcast#1": comm_op(Collective.BROADCAST, (5, 7, 2), 1000),
+                "reduce#2": comm_op(Collective.REDUCE, group, 1000),
+                "all_gather#3": comm_op(Collective.ALL_GATHER, group, 300),
+                "all_gather_into_tensor#4": comm_op(Collective.ALL_GATHER, group, 300),
+                "reduce_scatter#5": comm_op(Collective.REDUCE_SCATTER, group, 300),
+                "reduce_scatter_tensor#6": comm_op(Collective.REDUCE_SCATTER, group, 300),
+                "all_to_all#7": comm_op(Collective.ALL_TO_ALL, group, 100),
+                "all_to_all_single#8": comm_op(Collective.ALL_TO_ALL, group, 101)}
     assert {n.name: n.comm for n in dag.comm_ops} == expected
     assert node(dag, "all_gather#3").comm.ranges == ((0, 100), (100, 200), (200, 300))
     barrier, send, coalesced = node(dag, "barrier#9"), node(dag, "send#10"), node(dag, "all_reduce_coalesced#11")

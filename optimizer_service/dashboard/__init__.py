@@ -1,0 +1,4 @@
+"""Reserved (shell): the FastAPI dashboard over the service core.
+
+May import: ``service`` (and what it exposes).
+"""

@@ -1,0 +1,70 @@
+"""The trace schema: what an enforcer records and the optimizer reads (pure).
+
+One definition for both sides: :class:`enforcer.trace.Tracer` writes these
+records, :mod:`optimizer_service.syndicate.trace_dag` and
+:mod:`optimizer_service.syndicate.rule_plan` read them. A trace document is
+JSON with ``format`` :data:`TRACE_FORMAT`, ``version`` :data:`TRACE_VERSION`,
+``rank``, ``world_size``, ``started_unix``, ``boundaries`` (``step``,
+``detected`` or ``none``), ``iterations`` (``index``, ``ops``, ``start``,
+``end``), ``ops`` (the fields of :class:`OpRecord` plus ``gap``),
+``dropped_ops``, ``waits`` (the fields of :class:`Wait`), ``op_counts`` and
+``bypassed``; the field meanings are in :mod:`enforcer.trace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from optimizer_service.errors import PlanError
+from optimizer_service.plan.collective import Collective
+
+TRACE_FORMAT = "p2enforcer-trace"
+TRACE_VERSION = 1
+
+
+@dataclass(slots=True)
+class OpRecord:
+    """One comm-op as the enforcer saw it (field meanings: :mod:`enforcer.trace`)."""
+
+    iteration: int
+    seq: int
+    group_seq: int
+    kind: str
+    dtype: str
+    bytes: int
+    group: tuple[int, ...]
+    group_name: str
+    issued: float
+    completed: float | None = None
+    enforced: bool = False
+    root: int = 0           # broadcast: the source's group rank
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One dispatcher wait for the next motif in plan order (Syndicate Pseudocode 2)."""
+
+    iteration: int
+    order: int          # the plan sequence number waited for
+    seconds: float
+
+
+#: The collective of each trace op kind that can be decomposed into motifs.
+COMM_KINDS = {"all_reduce": Collective.ALL_REDUCE, "broadcast": Collective.BROADCAST, "reduce": Collective.REDUCE,
+              "all_gather": Collective.ALL_GATHER, "all_gather_into_tensor": Collective.ALL_GATHER,
+              "reduce_scatter": Collective.REDUCE_SCATTER, "reduce_scatter_tensor": Collective.REDUCE_SCATTER,
+              "all_to_all": Collective.ALL_TO_ALL, "all_to_all_single": Collective.ALL_TO_ALL}
+
+
+#: Bytes per element of the dtypes a trace names.
+DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
+               "int8": 1, "uint8": 1, "bool": 1}
+
+
+def last_iteration(trace: dict) -> list[dict]:
+    """The ops of the last iteration that is followed by another one (so it is complete)."""
+    indices = sorted({op["iteration"] for op in trace["ops"] if op["iteration"] >= 0})
+    if len(indices) < 2:
+        raise PlanError("the trace holds fewer than two iterations; run more steps (and call enforcer.step())")
+    chosen = indices[-2]
+    return [op for op in trace["ops"] if op["iteration"] == chosen]

@@ -1,0 +1,107 @@
+"""What one motif costs on a topology (Syndicate §4.2's physical plan, priced by
+the P² simulator of :mod:`optimizer_service.costmodel`).
+
+A motif runs on one channel: the cost model for channel ``c`` routes its flows
+over that channel's links (a second NIC) and channel 0's elsewhere
+(:meth:`Topology.links_at`). Collective motifs use the simulator's ring flows
+for their group; an all-to-all motif sends its column range of every block
+directly from each rank to each destination in its window, all at once, so a
+node's NIC is shared by everything crossing it. Reducing motifs (AllReduce,
+ReduceScatter, Reduce) are also bounded by the channel's reduction rate where
+its links set one (:mod:`optimizer_service.costmodel`, "Reduction"): a
+host-staged channel sums on CPU cores. Every motif also pays a fixed
+``dispatch_seconds`` — the cost of launching one more kernel or message that
+Syndicate names as the reason over-fine segmentation does not pay (§4.2.1,
+"Composition of Operators"); calibrate it from measured motif times.
+
+How payload sizes map onto the simulator's per-member input ``n``: AllReduce,
+Reduce and Broadcast pass the whole range; a ReduceScatter passes the union of
+its parts (each member ends with one); an AllGather passes one part.
+
+:meth:`MotifCostModel.step_seconds` prices motifs that run together over
+disjoint groups (the ∥ Reduce of a tree's blocks, the groups of one P² step)
+as one simulator step, so links they share are shared exactly. Prices are
+cached by what they depend on (kind, ranks, part sizes, window, channel), so
+the pieces of a segmented op cost one simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from optimizer_service.plan.collective import Collective
+from optimizer_service.hardware.cost_model import Algorithm, CostModel
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.plan.motif import Motif
+from optimizer_service.hardware.topology import Topology
+
+#: Bytes per element of every payload the optimizer plans (fp32).
+ELEMENT_BYTES = 4
+
+#: Per-motif launch overhead when nothing better is known (a small NCCL kernel
+#: launch plus a progress-thread hand-off is tens of microseconds).
+DEFAULT_DISPATCH_SECONDS = 20e-6
+
+
+@dataclass
+class MotifCostModel:
+    topology: Topology
+    element_bytes: int = ELEMENT_BYTES
+    dispatch_seconds: float = DEFAULT_DISPATCH_SECONDS
+    _models: dict[int, CostModel] = field(default_factory=dict, repr=False)
+
+    def model(self, channel: int) -> CostModel:
+        if channel not in self.topology.channels:
+            raise InvalidInputError(f"topology {self.topology.name!r} has no channel {channel}; its channels are "
+                                    f"{', '.join(map(str, self.topology.channels))}")
+        if channel not in self._models:
+            self._models[channel] = CostModel(self.topology, Algorithm.RING, channel)
+        return self._models[channel]
+
+    _cache: dict[tuple, float] = field(default_factory=dict, repr=False)
+
+    def seconds(self, motif: Motif) -> float:
+        return self.step_seconds((motif,))
+
+    def step_seconds(self, group: tuple[Motif, ...]) -> float:
+        """Motifs of one kind on one channel over disjoint ranks, run at once."""
+        first = group[0]
+        key = (first.kind, first.channel, first.window,
+               tuple((m.ranks, tuple(b - a for a, b in m.ranges)) for m in group))
+        cached = self._cache.get(key)
+        if cached is None:
+            if first.kind is Collective.ALL_TO_ALL or len({(len(m.ranks), m.elements) for m in group}) > 1:
+                cached = max(self._price((m,)) for m in group)
+            else:
+                cached = self._price(group)
+            self._cache[key] = cached
+        return cached
+
+    def _check_ranks(self, motif: Motif) -> None:
+        for rank in motif.ranks:
+            if not 0 <= rank < self.topology.device_count:
+                raise InvalidInputError(f"motif {motif} names rank {rank}; topology {self.topology.name!r} "
+                                        f"has ranks 0..{self.topology.device_count - 1}")
+
+    def _price(self, group: tuple[Motif, ...]) -> float:
+        """One simulator step for motifs of one shape (kind, channel, group size,
+        payload) over disjoint ranks; an all-to-all comes alone."""
+        first = group[0]
+        model = self.model(first.channel)
+        for motif in group:
+            self._check_ranks(motif)
+        nbytes = first.elements * self.element_bytes
+        if nbytes == 0 or len(first.ranks) < 2:
+            return self.dispatch_seconds
+        ranks = np.asarray([m.ranks for m in group], dtype=np.int64)      # (groups, members)
+        if first.kind is Collective.ALL_TO_ALL:
+            members = ranks[0]
+            n = len(members)
+            offsets = np.arange(*first.window)
+            src = np.repeat(members, len(offsets))
+            dst = members[(np.repeat(np.arange(n), len(offsets)) + np.tile(offsets, n)) % n]
+            return self.dispatch_seconds + model.flows_seconds(src[None, :], dst[None, :], float(nbytes), 1)
+        per_member = nbytes / ranks.shape[1] if first.kind is Collective.ALL_GATHER else nbytes
+        return self.dispatch_seconds + model.step_seconds(first.kind, ranks, per_member)

@@ -1,0 +1,74 @@
+"""The joint optimizer's result as the plan the enforcer installs (§4.3's
+"optimizer plan": the execution plan and the scheduling order).
+
+The search schedules two unrolled iterations; the plan describes one
+iteration, taken from the second (the steady state, where ops moved across
+the boundary already sit where they will always run). For every comm-op of
+that iteration whose kind a plan can carry (:data:`optimizer_service.plan_file.KINDS`)
+it gives
+
+* the key: the op's position among its group's ops in the iteration, its
+  kind, its buffer's bytes (4-byte elements, the buffer model of
+  :mod:`optimizer_service.plan_file`), its group;
+* the motifs of the chosen option, ranks as group positions;
+* each motif's sequence number: the schedule's numbers renumbered densely
+  within the iteration, so motifs that start together share one.
+
+Ops of a workload stand for every group that runs them at once (a
+tensor-parallel all-reduce of group 0 stands for every node's): the plan
+names the representative group, and other groups' ops pass through.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from optimizer_service.syndicate.problem import Problem
+from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Motif, motifs_of, rewrite
+from optimizer_service.plan.op_plan import KINDS, OpKey, OpPlan
+from optimizer_service.plan.plan import Plan
+from optimizer_service.syndicate.baselines import SystemResult
+
+def buffer_bytes(op: Motif) -> int:
+    """The op's buffer: its elements (every member's part for gathers and
+    reduce-scatters), and for an all-to-all one block per member."""
+    return op.elements * (len(op.ranks) if op.kind is Collective.ALL_TO_ALL else 1) * ELEMENT_BYTES
+
+
+def joint_plan(problem: Problem, result: SystemResult, version: int = 1) -> Plan:
+    evaluation = result.evaluation
+    last = problem.iterations - 1
+    per_iteration = len(problem.dag.nodes)
+    numbers = evaluation.graph.sequence(evaluation.start, evaluation.order)
+    mine = {i: n for i, n in numbers.items() if evaluation.task_node[i] // per_iteration == last}
+    dense = {n: k for k, n in enumerate(sorted(set(mine.values())))}
+    tasks_of: dict[int, list[int]] = {}
+    for i in sorted(mine):
+        tasks_of.setdefault(evaluation.task_node[i], []).append(i)
+    group_seq: dict[tuple[int, ...], int] = {}
+    ops = []
+    for slot, node_index in enumerate(problem.comm_nodes):
+        op = problem.dag.nodes[node_index].comm
+        seq = group_seq.get(op.ranks, 0)
+        group_seq[op.ranks] = seq + 1
+        kind = op.kind.name.lower()          # Collective.ALL_REDUCE -> "all_reduce"
+        if kind not in KINDS:
+            continue
+        option = problem.options[slot][result.choice[slot]]
+        position = {rank: k for k, rank in enumerate(op.ranks)}
+        local = rewrite(option.plan, lambda m: _positions(m, position))
+        number_of: dict[Motif, int] = {}
+        for task in tasks_of.get(last * per_iteration + node_index, []):
+            for motif in evaluation.task_motifs[task]:
+                number_of[_positions(motif, position)] = dense[mine[task]]
+        order = [number_of[m] for m in motifs_of(local)]
+        ops.append(OpPlan.of(OpKey(seq, kind, buffer_bytes(op), op.ranks), local, order=order))
+    channels = {c: None for c in problem.cost.topology.channels}
+    return Plan(version=version, world_size=problem.cost.topology.device_count, channels=channels, ops=tuple(ops),
+                topology=problem.cost.topology.name, predicted_iteration_seconds=evaluation.seconds)
+
+
+def _positions(motif: Motif, position: dict[int, int]) -> Motif:
+    return replace(motif, ranks=tuple(position[r] for r in motif.ranks))

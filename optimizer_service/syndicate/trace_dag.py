@@ -1,0 +1,204 @@
+"""The training DAG of a recorded job, read from its enforcer traces (pure).
+
+Syndicate's optimizer takes as input the training DAG of one iteration and
+unrolls it over two (Syndicate, NSDI'23, §4.3). :func:`dag_from_traces` builds that DAG from the
+per-rank traces the enforcer records (:mod:`optimizer_service.plan.trace`, format
+``p2enforcer-trace``), for one complete iteration; :func:`trace_iteration_seconds`
+gives the measured time of the same iteration, to compare with the schedule.
+
+Our readings of a trace (its ops in program order ``o_0 .. o_{K-1}``):
+
+* **Comm-ops.** all_reduce → AllReduce, broadcast → Broadcast (the group
+  rotated so its ``root`` group position comes first), reduce → Reduce,
+  all_gather(_into_tensor) → AllGather, reduce_scatter(_tensor) →
+  ReduceScatter, all_to_all(_single) → AllToAll, on the group's global ranks.
+  Elements are 4-byte units (the cost model's): ``ceil(bytes / 4)`` of the
+  op's buffer (:mod:`optimizer_service.plan_file` "Buffer model": the whole buffer ``D`` of
+  gathers and reduce-scatters), and for AllToAll ``ceil(bytes / 4 / N)`` per
+  destination block.
+* **Other ops** (barrier, send/recv, gather, scatter, coalesced ops, ...)
+  cannot be decomposed: each is a compute node ``kind#k`` whose time is its
+  measured duration (``completed - issued``, 0 if it never completed), in its
+  program position. It occupies the compute stream, so an overlapped one is
+  serialised with compute (pessimistic).
+* **Blocking.** ``o_k`` is blocking when ``o_{k+1}`` was issued after ``o_k``
+  completed (``gap >= 0``) on some rank. The compute before ``o_{k+1}``
+  (``compute#{k+1}``) is then ``gap`` seconds and depends on ``o_k``;
+  otherwise it is ``issued_{k+1} - issued_k`` and depends on ``compute#k``
+  only (one compute stream, program order). Ops that are not blocking, ops
+  that never completed, and the last op are waited for at the iteration's end
+  by a zero-second compute node ``step``, which also follows the last compute.
+* **First compute.** ``compute#0`` is the first op's ``gap`` (the time since the
+  previous iteration's last op completed; 0 when unknown or negative) and
+  depends on the previous iteration's ``step`` (``after_previous``).
+* **Several ranks.** The slowest rank paces collectives: every node's seconds
+  is the maximum over ranks (each rank's compute read by its own blocking).
+  All ranks must record the same ops (kind, bytes, group, broadcast root).
+* **Iteration.** By default the last complete one: the one before the last,
+  as :func:`optimizer_service.plan.trace.last_iteration` picks (the earliest such over
+  ranks). A chosen iteration must be followed by another one or have every op
+  completed, on every rank.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping, Sequence
+
+from optimizer_service.syndicate.dag import Node, TrainingDAG, comm, compute
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.plan.trace import COMM_KINDS, TRACE_FORMAT
+from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
+from optimizer_service.plan.collective import Collective
+
+
+def _checked(function: Callable) -> Callable:
+    """``function``, with a trace that lacks a field reported in one line."""
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except KeyError as error:
+            raise InvalidInputError(f"a trace or trace op has no field {error}; pass traces that "
+                                    f"enforcer.export_trace wrote (format {TRACE_FORMAT!r})") from None
+    return checked
+
+
+@_checked
+def dag_from_traces(traces: Sequence[Mapping], iteration: int | None = None, name: str = "trace") -> TrainingDAG:
+    """The training DAG of one iteration of ``traces`` (one parsed trace per rank)."""
+    chosen, per_rank = _iteration_ops(traces, iteration)
+    ops = per_rank[0][1]
+    names = [f"{op['kind']}#{k}" for k, op in enumerate(ops)]
+    nodes: list[Node] = []
+    waited: list[str] = []
+    total = 0.0
+    for k in range(len(ops)):
+        if k == 0:
+            seconds = max(max(0.0, _number(o[0].get("gap"))) for _, o in per_rank)
+            nodes.append(compute("compute#0", seconds, previous=["step"]))
+        else:
+            seconds = max(_compute_before(o[k - 1], o[k]) for _, o in per_rank)
+            if any(_blocking(o[k - 1], o[k]) for _, o in per_rank):
+                nodes.append(compute(f"compute#{k}", seconds, names[k - 1]))
+            else:
+                nodes.append(compute(f"compute#{k}", seconds, f"compute#{k - 1}"))
+                waited.append(names[k - 1])
+        total += seconds
+        nodes.append(_op_node(k, names[k], [(r, o[k]) for r, o in per_rank], chosen))
+    nodes.append(compute("step", 0.0, f"compute#{len(ops) - 1}", *waited, names[-1]))
+    other = [n for n, op in zip(names, ops) if op["kind"] not in COMM_KINDS]
+    description = (f"trace of {len(traces)} rank(s) (world size {traces[0]['world_size']}), iteration {chosen}, "
+                   f"{len(ops)} ops ({len(ops) - len(other)} optimizable), {total:.6g} s of compute"
+                   + (f"; not optimizable, timed as compute: {', '.join(other)}" if other else ""))
+    return TrainingDAG(name, tuple(nodes), description)
+
+
+@_checked
+def trace_iteration_seconds(traces: Sequence[Mapping], iteration: int | None = None) -> float:
+    """Measured wall time of the iteration :func:`dag_from_traces` reads: the
+    maximum over ranks from its first op's issue to the next iteration's first
+    issue (to its last completion when no iteration follows)."""
+    chosen, per_rank = _iteration_ops(traces, iteration)
+    spans = []
+    for (_, ops), trace in zip(per_rank, traces):
+        later = [op["issued"] for op in trace["ops"] if op["iteration"] > chosen]
+        spans.append((min(later) if later else max(op["completed"] for op in ops)) - ops[0]["issued"])
+    return max(spans)
+
+
+def _op_node(k: int, name: str, copies: list[tuple[int, Mapping]], iteration: int) -> Node:
+    rank, op = copies[0]
+    kind, nbytes, group = op["kind"], int(op["bytes"]), [int(g) for g in op["group"]]
+    motif_kind = COMM_KINDS.get(kind)
+    if motif_kind is None:
+        duration = max(0.0 if o["completed"] is None else max(0.0, o["completed"] - o["issued"]) for _, o in copies)
+        return compute(name, duration, f"compute#{k}")
+    where = f"rank {rank}, iteration {iteration}, op {name} ({kind} of {nbytes} bytes on group {group})"
+    if not group or len(set(group)) != len(group):
+        raise InvalidInputError(f"{where}: the group must list distinct global ranks; re-record the trace")
+    if motif_kind is Collective.BROADCAST:
+        root = int(op.get("root", 0))
+        if not 0 <= root < len(group):
+            raise InvalidInputError(f"{where}: root {root} is not a group position 0..{len(group) - 1}")
+        group = group[root:] + group[:root]
+    per = ELEMENT_BYTES * (len(group) if motif_kind is Collective.ALL_TO_ALL else 1)
+    return comm(name, motif_kind, group, -(-nbytes // per), f"compute#{k}")
+
+
+def _iteration_ops(traces: Sequence[Mapping], iteration: int | None) -> tuple[int, list[tuple[int, list]]]:
+    """The chosen iteration and every rank's ops in it, checked to agree."""
+    if not traces:
+        raise InvalidInputError("no traces given; pass the parsed trace JSON of at least one rank")
+    seen: dict[int, int] = {}
+    indices = []
+    for position, trace in enumerate(traces):
+        found = f"format {trace.get('format')!r}" if isinstance(trace, Mapping) else f"a {type(trace).__name__}"
+        if not isinstance(trace, Mapping) or trace.get("format") != TRACE_FORMAT:
+            raise InvalidInputError(f"trace {position} is not a {TRACE_FORMAT!r} trace ({found}); "
+                                    f"pass the parsed JSON that P2_TRACE_FILE / enforcer.export_trace wrote")
+        rank = trace.get("rank", position)
+        if trace.get("world_size") != traces[0].get("world_size"):
+            raise InvalidInputError(f"rank {rank} has world size {trace.get('world_size')} but rank "
+                                    f"{traces[0].get('rank', 0)} has {traces[0].get('world_size')}; "
+                                    f"pass traces of one run")
+        if rank in seen:
+            raise InvalidInputError(f"two traces of rank {rank} (positions {seen[rank]} and {position}); "
+                                    f"pass one trace per rank")
+        seen[rank] = position
+        try:
+            indices.append(sorted({int(op["iteration"]) for op in trace["ops"] if op["iteration"] >= 0}))
+        except (KeyError, TypeError) as error:
+            raise InvalidInputError(f"rank {rank}: malformed trace ops ({error!r}); re-export the trace") from None
+    ranks = [t.get("rank", p) for p, t in enumerate(traces)]
+    if iteration is None:
+        short = next((r for r, i in zip(ranks, indices) if len(i) < 2), None)
+        if short is not None:
+            raise InvalidInputError(f"the trace of rank {short} holds fewer than two iterations; record more steps "
+                                    f"(call enforcer.step() once per iteration) so one complete iteration exists")
+        iteration = min(i[-2] for i in indices)
+    per_rank = []
+    for rank, trace, held in zip(ranks, traces, indices):
+        ops = [op for op in trace["ops"] if op["iteration"] == iteration]
+        if not ops:
+            raise InvalidInputError(f"rank {rank} has no ops in iteration {iteration} (it holds iterations "
+                                    f"{held}); pick one of those")
+        if held[-1] == iteration and any(op["completed"] is None for op in ops):
+            raise InvalidInputError(f"iteration {iteration} of rank {rank} is still running (an op never "
+                                    f"completed); pick an earlier iteration or record more steps")
+        per_rank.append((rank, ops))
+    first_rank, first = per_rank[0]
+    for rank, ops in per_rank[1:]:
+        for k in range(max(len(ops), len(first))):
+            mine, theirs = (ops[k] if k < len(ops) else None), (first[k] if k < len(first) else None)
+            if mine is None or theirs is None or _signature(mine) != _signature(theirs):
+                raise InvalidInputError(f"iteration {iteration}, op {k}: rank {rank} has {_describe(mine)} but "
+                                        f"rank {first_rank} has {_describe(theirs)}; every rank must record "
+                                        f"the same ops (traces of one run)")
+    return iteration, per_rank
+
+
+def _signature(op: Mapping) -> tuple:
+    return op["kind"], op["bytes"], list(op["group"]), op.get("root", 0) if op["kind"] == "broadcast" else 0
+
+
+def _describe(op: Mapping | None) -> str:
+    if op is None:
+        return "no op"
+    root = f" from group position {op.get('root', 0)}" if op["kind"] == "broadcast" else ""
+    return f"{op['kind']} of {op['bytes']} bytes on group {list(op['group'])}{root}"
+
+
+def _compute_before(op: Mapping, following: Mapping) -> float:
+    """One rank's compute before ``following``: the gap after a blocking ``op``, else issue to issue."""
+    start = op["completed"] if _blocking(op, following) else op["issued"]
+    return max(0.0, following["issued"] - start)
+
+
+def _blocking(op: Mapping, following: Mapping) -> bool:
+    return op["completed"] is not None and following["issued"] >= op["completed"]
+
+
+def _number(value: float | None) -> float:
+    return 0.0 if value is None else float(value)
+
