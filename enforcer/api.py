@@ -17,6 +17,7 @@ log = logging.getLogger("enforcer")
 def register() -> None:
     """Register the ``p2enforcer`` backend (done on ``import enforcer``; idempotent)."""
     from enforcer.backend import register as register_backend
+    state.settings()                  # read the P2_* settings once, now
     register_backend()
     bypass.install()
 
@@ -44,7 +45,7 @@ def export_trace(path: str | os.PathLike | None = None) -> Path:
     """Write this rank's trace as JSON to ``path`` (default: ``P2_TRACE_FILE``)."""
     tracer = state.tracer()
     if path is None:
-        template = os.environ.get("P2_TRACE_FILE")
+        template = state.settings().trace_file
         if not template:
             raise ValueError("no trace path: pass one or set P2_TRACE_FILE (may contain {rank})")
         path = trace_path(template, tracer.rank)

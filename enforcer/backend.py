@@ -31,7 +31,6 @@ this backend gives each subgroup its own inner communicators.
 from __future__ import annotations
 
 import logging
-import os
 from datetime import timedelta
 
 import torch
@@ -77,7 +76,7 @@ class EnforcerGroup(ProcessGroup):
         self.timeout = timeout
         self.ranks = ranks                      # global ranks, in group-rank order
         self.group_label = name
-        self.inner_names = inner.from_env()
+        self.inner_names = inner.configured(state.settings().inner_backend)
         self._inner: dict[str, dist.Backend] = {}
         for device, backend_name in self.inner_names.items():
             backend = inner.create(backend_name, dist.PrefixStore(f"p2inner/{device}/", store), rank, size, timeout)
@@ -91,8 +90,9 @@ class EnforcerGroup(ProcessGroup):
         self.runtime = None                     # enforcer.runtime.PlanRuntime once a plan is installed
         self.installs = 0                       # plans installed so far (names their store keys)
         state.register_group(self)
-        if self.is_default and os.environ.get("P2_PLAN_FILE"):
-            self._install_from_env(os.environ["P2_PLAN_FILE"])
+        plan_file = state.settings().plan_file
+        if self.is_default and plan_file:
+            self._install_from_env(plan_file)
 
     def _install_from_env(self, path: str) -> None:
         """``P2_PLAN_FILE``: the plan to enforce from the first op on; one that does

@@ -20,7 +20,6 @@ Set ``P2_COUNT_BYPASS=0`` to leave the dispatcher untouched.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 import torch
@@ -88,7 +87,7 @@ def _count(op_name: str) -> None:
 def install() -> None:
     """Observe every c10d and functional collective op (idempotent)."""
     global _installed
-    if _installed or os.environ.get("P2_COUNT_BYPASS", "1") == "0":
+    if _installed or not state.settings().count_bypass:
         return
     _installed = True
     for namespace in NAMESPACES:

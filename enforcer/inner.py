@@ -15,17 +15,18 @@ different channels travel over different NICs.
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
+from optimizer_service.plan import InvalidInputError
+
 ENV_VAR = "P2_INNER_BACKEND"
 KNOWN = ("gloo", "nccl", "ucc")
 
 
-class InnerBackendError(ValueError):
+class InnerBackendError(InvalidInputError):
     """A ``P2_INNER_BACKEND`` value this torch cannot honour."""
 
 
@@ -64,8 +65,9 @@ def parse_inner(value: str | None) -> dict[str, str]:
     return mapping
 
 
-def from_env() -> dict[str, str]:
-    return parse_inner(os.environ.get(ENV_VAR))
+def configured(value: str | None) -> dict[str, str]:
+    """The device -> inner backend map of the ``P2_INNER_BACKEND`` setting."""
+    return parse_inner(value)
 
 
 def create(name: str, store: dist.Store, rank: int, size: int, timeout: timedelta,

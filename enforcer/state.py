@@ -14,7 +14,8 @@ import os
 import threading
 import weakref
 
-from enforcer.trace import DEFAULT_LIMIT, Tracer, trace_path
+from enforcer.settings import EnforcerSettings
+from enforcer.trace import Tracer, trace_path
 
 log = logging.getLogger("enforcer")
 
@@ -23,6 +24,26 @@ _groups: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _tls = threading.local()
 _lock = threading.Lock()
 _exported: Tracer | None = None           # the trace P2_TRACE_FILE already holds
+_settings: EnforcerSettings | None = None
+
+
+def settings() -> EnforcerSettings:
+    """The enforcer's settings: read from the environment once (at registration
+    or first use); a malformed variable is logged and the defaults are kept."""
+    global _settings
+    if _settings is None:
+        try:
+            _settings = EnforcerSettings.from_env()
+        except ValueError as error:
+            log.error("p2enforcer: %s; using the default settings", error)
+            _settings = EnforcerSettings()
+    return _settings
+
+
+def use_settings(value: EnforcerSettings | None) -> None:
+    """Replace the settings (``None``: read the environment again on next use)."""
+    global _settings
+    _settings = value
 
 
 def tracer() -> Tracer:
@@ -44,7 +65,7 @@ def _start(rank: int, size: int) -> Tracer:
     global _tracer
     if _tracer is None:
         atexit.register(export_from_env)
-    _tracer = Tracer(rank, size, int(os.environ.get("P2_TRACE_LIMIT", DEFAULT_LIMIT)))
+    _tracer = Tracer(rank, size, settings().trace_limit)
     return _tracer
 
 
@@ -78,7 +99,7 @@ def export_from_env() -> None:
     """Write the trace to ``P2_TRACE_FILE`` when the default group is destroyed,
     or at exit if it never was; once per trace, and only if something was traced."""
     global _exported
-    template = os.environ.get("P2_TRACE_FILE")
+    template = settings().trace_file
     if not template or _tracer is None or _exported is _tracer or not (_tracer.counts or _tracer.bypassed):
         return
     try:

@@ -37,10 +37,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from enforcer.settings import DEFAULT_TRACE_LIMIT
 from optimizer_service.plan.trace import TRACE_FORMAT, TRACE_VERSION, OpRecord, Wait
 
-#: Most recent ops kept per rank (older ones are dropped and counted).
-DEFAULT_LIMIT = 200_000
 
 
 def detect_period(signatures: Sequence[tuple]) -> tuple[int, int] | None:
@@ -67,7 +66,7 @@ def detect_period(signatures: Sequence[tuple]) -> tuple[int, int] | None:
 class Tracer:
     """The per-rank trace; thread-safe (completions arrive on backend threads)."""
 
-    def __init__(self, rank: int, world_size: int, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, rank: int, world_size: int, limit: int = DEFAULT_TRACE_LIMIT) -> None:
         self.rank = rank
         self.world_size = world_size
         self.started = time.perf_counter()
