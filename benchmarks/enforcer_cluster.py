@@ -14,7 +14,7 @@ barrier; the median is reported):
 * ``both, two channels`` — both ops with the same sequence numbers, all-reduce
   on channel 0 and all-to-all on channel 1, so they run at once;
 * ``program`` — P²'s hierarchical all-reduce (``--program-mib`` MiB) run by the
-  bare executor and, as a plan (:mod:`optimizer_service.program_motifs`), through the
+  bare executor and, as a plan (:mod:`optimizer_service.syndicate.program_motifs`), through the
   enforcer, interleaved.
 
 Writes ``enforcer_cluster.json`` and ``.png`` under ``--out`` and prints a

@@ -4,7 +4,7 @@ On the ``hgx2-4n`` preset (4 nodes x 8 GPUs, two channels) four sections are
 measured and reported, never asserted:
 
 * **systems** — every built-in workload under all six systems of
-  :mod:`optimizer_service.systems` (``run_systems``, ``--budget`` seconds of
+  :mod:`optimizer_service.syndicate.baselines` (``run_systems``, ``--budget`` seconds of
   MCMC for S-Exec and Syndicate): iteration time, compute idle fraction,
   speedups over BS+ and FIFO, and Syndicate's option per comm-op; each both
   for the two-iteration time the search minimises and for the steady state

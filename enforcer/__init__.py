@@ -8,9 +8,9 @@ training scripts only change ``backend="p2enforcer"``.
 * :mod:`enforcer.backend` — the process group: passthrough, trace, plans;
 * :mod:`enforcer.trace` — what it saw, exported as JSON;
 * :mod:`enforcer.bypass` — counts ops that reach the inner backend directly;
-* :mod:`optimizer_service.plan_file` — the plan it installs (pure);
+* :mod:`optimizer_service.plan.op_plan` — the plan it installs (pure);
 * :mod:`enforcer.runtime` — ordered dispatch of motifs over channels;
-* :mod:`enforcer.p2p`, :mod:`enforcer.executor` (with the pure :mod:`optimizer_service.layout`) —
+* :mod:`enforcer.p2p`, :mod:`enforcer.executor` (with the pure :mod:`optimizer_service.plan.layout`) —
   P² reduction programs on a flat tensor.
 """
 

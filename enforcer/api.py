@@ -10,6 +10,7 @@ import torch.distributed as dist
 
 from enforcer import bypass, state
 from enforcer.trace import trace_path
+from optimizer_service.metrics import enforcer_exposition
 
 log = logging.getLogger("enforcer")
 
@@ -58,19 +59,10 @@ def bypass_counts() -> dict[str, int]:
 
 
 def metrics_text() -> str:
-    """This rank's counters in the Prometheus text format."""
+    """This rank's counters in the Prometheus text format (names and units:
+    :mod:`optimizer_service.metrics`)."""
     tracer = state.tracer()
-    lines = ["# HELP p2enforcer_ops_total Comm-ops that entered the enforcer, by kind.",
-             "# TYPE p2enforcer_ops_total counter"]
-    lines += [f'p2enforcer_ops_total{{rank="{tracer.rank}",kind="{k}"}} {v}' for k, v in sorted(tracer.counts.items())]
-    lines += ["# HELP p2enforcer_bypassed_total Comm-ops that reached the inner backend directly, by op.",
-              "# TYPE p2enforcer_bypassed_total counter"]
-    lines += [f'p2enforcer_bypassed_total{{rank="{tracer.rank}",op="{k}"}} {v}'
-              for k, v in sorted(tracer.bypassed.items())]
-    lines += ["# HELP p2enforcer_dispatch_wait_seconds_total Time the dispatcher waited for the next motif.",
-              "# TYPE p2enforcer_dispatch_wait_seconds_total counter",
-              f'p2enforcer_dispatch_wait_seconds_total{{rank="{tracer.rank}"}} {tracer.wait_seconds()}']
-    return "\n".join(lines) + "\n"
+    return enforcer_exposition(tracer.rank, tracer.counts, tracer.bypassed, tracer.wait_seconds())
 
 
 def _enforcer_group(group):
@@ -83,7 +75,7 @@ def _enforcer_group(group):
 
 
 def install_plan(plan, group=None) -> None:
-    """Install ``plan`` (a :class:`optimizer_service.plan_file.Plan`, its JSON text, or a path)
+    """Install ``plan`` (a :class:`optimizer_service.plan.op_plan.Plan`, its JSON text, or a path)
     on ``group`` (default: the world). Collective: every rank of the group calls
     it at the same point between iterations. Raises ``PlanError`` and leaves the
     group in its current mode when the plan does not fit the job."""

@@ -6,7 +6,7 @@ is global rank ``g``. Before the first run, :meth:`ProgramExecutor.prepare`
 creates one process group per distinct member set, on every rank, in sorted
 order (``new_group`` is collective: all ranks must create the same groups in
 the same order), and works out every step's element ranges
-(:mod:`optimizer_service.layout`). :meth:`ProgramExecutor.run` then only slices.
+(:mod:`optimizer_service.plan.layout`). :meth:`ProgramExecutor.run` then only slices.
 
 Per step a rank finds the one group it belongs to (or idles) and runs:
 
@@ -14,7 +14,7 @@ Per step a rank finds the one group it belongs to (or idles) and runs:
 * ReduceScatter, AllGather, Reduce, Broadcast — :mod:`enforcer.p2p`, the
   bandwidth-optimal algorithms built from the backend's send and recv.
 
-Live data stays at its own position in the tensor (see :mod:`optimizer_service.layout`),
+Live data stays at its own position in the tensor (see :mod:`optimizer_service.plan.layout`),
 so when a rank's part is one element range the collective works on a view of
 the caller's tensor with no copy; scattered parts are packed into a scratch
 buffer and unpacked after. On return every rank's tensor equals a flat

@@ -4,7 +4,7 @@ gloo implements ``reduce_scatter`` as a full AllReduce plus a local copy, so
 it puts ``2(p−1)/p·n`` bytes on the wire where a ReduceScatter needs
 ``(p−1)/p·n``. A ReduceScatter→AllReduce→AllGather program would lose exactly
 the saving P² measures. These are the textbook algorithms instead, each the
-flow pattern the simulator assumes (:mod:`optimizer_service.costmodel`):
+flow pattern the simulator assumes (:mod:`optimizer_service.hardware.cost_model`):
 
 * :func:`reduce_scatter` — ring over the members in group order: in round
   ``s`` member ``i`` sends its running sum of part ``i−s−1`` to ``i+1`` and adds

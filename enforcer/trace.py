@@ -6,7 +6,7 @@ op that reached a ``p2enforcer`` process group, in submission order:
 
 * ``iteration`` and ``seq`` — the op's position in its iteration (all groups),
   and ``group_seq`` — its position among the ops of its group, which is the
-  sequence number a plan keys ops by (:mod:`optimizer_service.plan_file`);
+  sequence number a plan keys ops by (:mod:`optimizer_service.plan.op_plan`);
 * ``kind``, ``dtype``, ``bytes`` (the size of the op's buffer: the tensor for
   all_reduce/broadcast/reduce, the output of gathers, the input of
   reduce-scatters and all-to-alls), ``group`` (global ranks in group order);

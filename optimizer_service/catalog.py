@@ -1,5 +1,5 @@
 """Where topologies come from: built-in presets and YAML files (the shell side
-of :mod:`optimizer_service.topology`, which only parses text)."""
+of :mod:`optimizer_service.hardware.topology`, which only parses text)."""
 
 from __future__ import annotations
 

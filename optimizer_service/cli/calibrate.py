@@ -43,7 +43,7 @@ def calibrate(cluster_name: str, repeat: int, warmup: int, probe_bytes: int | No
     complete reductions confined to it (AllReduce, ReduceScatter+AllGather,
     Reduce+Broadcast; one group and all groups at once; a small and a large
     size) run by the real backend, and fitted through the simulator itself
-    (see optimizer_service/calibration.py).
+    (see optimizer_service/hardware/calibration.py).
 
     \b
     Example:

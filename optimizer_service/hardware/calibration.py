@@ -1,6 +1,6 @@
 """Fit link latencies and bandwidths to measured collectives (``p2 calibrate``).
 
-The simulator (:mod:`optimizer_service.costmodel`) predicts a step whose flows
+The simulator (:mod:`optimizer_service.hardware.cost_model`) predicts a step whose flows
 cross one link class as ``t = a·α + b/β``: ``a`` latency rounds along the
 slowest path, ``b`` bytes on the most loaded instance of the link, ``α`` and
 ``β`` the link's latency and bandwidth. So instead of fitting raw ping-pong

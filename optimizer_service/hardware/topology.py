@@ -25,7 +25,7 @@ A :class:`Link` says which traffic it carries and how fast:
   beyond ``shared_by`` (one flow per device behind the instance): its incoming
   bandwidth is divided by ``1 + incast × (flows − shared_by)``, as a switch
   port that many senders converge on drops or pauses traffic
-  (:mod:`optimizer_service.costmodel`, "Incast"). Rings and trees stay within
+  (:mod:`optimizer_service.hardware.cost_model`, "Incast"). Rings and trees stay within
   that fan-in; a whole all-to-all does not, which is why Syndicate splines it
   (§6.6).
 * ``reduction`` — 0 (the default: not limiting) or how many bytes per second
@@ -35,13 +35,13 @@ A :class:`Link` says which traffic it carries and how fast:
   channel because "all-reduce also does compute (gradient aggregation) which
   is faster with GPUs"; a CPU-driven channel staging through host memory
   sums on host cores, which this rate models
-  (:mod:`optimizer_service.costmodel`, "Reduction").
+  (:mod:`optimizer_service.hardware.cost_model`, "Reduction").
 * ``compute_slowdown`` — 0 (the default) or how much longer the GPU's compute
   takes while a motif on this link's channel runs: 0.25 means 25 % longer. A
   GPU-driven channel (NCCL) runs kernels that hold some of the SMs; a
   host-staged channel leaves them free. A channel's value is the largest of its
   links' (:meth:`Topology.compute_slowdowns`); the scheduler applies it
-  (:mod:`optimizer_service.scheduler`, "Interference").
+  (:mod:`optimizer_service.syndicate.scheduler`, "Interference").
 
 Topologies are values: built from a dict or YAML text (``from_yaml``), written
 back by ``to_yaml`` (round-trip), and validated on construction with messages

@@ -14,7 +14,7 @@ over global device ids, in three small passes:
    lowering runs them anyway; we don't, which can only make such programs
    cheaper.)
 3. ``place`` — repeat each group on every reduction group of the placement:
-   with the numbering of :mod:`optimizer_service.placement` a global id is
+   with the numbering of :mod:`optimizer_service.p2.placement` a global id is
    ``base + offset``, ``base`` fixed by the non-reduction axes and ``offset``
    by the synthesis device.
 

@@ -1,7 +1,7 @@
 """Syntax-guided synthesis of reduction programs (P² §3.5).
 
 Given a synthesis hierarchy with ``k`` devices, find every program of size at
-most ``max_size`` (see :mod:`optimizer_service.dsl` for size) whose steps are
+most ``max_size`` (see :mod:`optimizer_service.p2.program` for size) whose steps are
 all valid under Figure 8 and that takes the initial state (each device holds
 only its own data) to the final one (every device holds every chunk summed over
 all ``k`` devices).

@@ -1,6 +1,6 @@
 """Where every device's live data sits while a lowered program runs (pure).
 
-A lowered program (:mod:`optimizer_service.lowering`) says which collective
+A lowered program (:mod:`optimizer_service.p2.lowering`) says which collective
 runs over which device groups; it does not say which bytes of the tensor a
 device sends. This module works that out once per program, before anything
 runs, so the executor's hot path only slices tensors.

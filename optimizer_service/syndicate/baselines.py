@@ -1,8 +1,8 @@
 """Syndicate and the baselines it is compared with (§6.4), all in one simulator.
 
 Every system is a choice of execution-plan options, a scheduling policy
-(:mod:`optimizer_service.scheduler`) and whether the training loop's program
-order binds (``framework_order``, :mod:`optimizer_service.dag`):
+(:mod:`optimizer_service.syndicate.scheduler`) and whether the training loop's program
+order binds (``framework_order``, :mod:`optimizer_service.syndicate.dag`):
 
 =========  ===============================================  ============  ===============
 system     options                                          order         program order
@@ -28,7 +28,7 @@ Readings where §6.4 leaves room:
   execution planning for a2a", so its all-to-alls may be splined.
 * ByteScheduler tunes one partition size for the whole job; BS+'s "oracle
   that optimally segments tensors" is therefore the best of the uniform
-  segment counts :data:`optimizer_service.options.SEGMENTS` applied to every
+  segment counts :data:`optimizer_service.syndicate.options.SEGMENTS` applied to every
   op's greedy decomposition, judged by the resulting iteration time. S-Sched
   gets the same oracle ("the benefit of the segment oracle").
 * HO is hand-optimised *ordering*: critical-path priority among the ops the
@@ -36,7 +36,7 @@ Readings where §6.4 leaves room:
   Syndicate's enforcer, §6.5).
 * S-Exec and Syndicate each get the whole ``budget``.
 
-Every system is priced both ways of :mod:`optimizer_service.evaluation`: the
+Every system is priced both ways of :mod:`optimizer_service.syndicate.problem`: the
 two-iteration figure the search minimises, and the steady state a running job
 sees (the paper's measurements).
 """

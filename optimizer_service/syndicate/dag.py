@@ -23,7 +23,7 @@ Node order is program order: the order in which one iteration submits its
 nodes (Figure 13's numbering), which FIFO and LIFO follow.
 
 :func:`to_tasks` lowers a DAG plus one plan per comm-op to the scheduler's
-task list (:mod:`optimizer_service.scheduler`): a comm-op's motifs keep the
+task list (:mod:`optimizer_service.syndicate.scheduler`): a comm-op's motifs keep the
 plan's ``Seq``/``Par`` structure as dependencies, its first motifs wait for
 the op's predecessors and its successors wait for its last motifs.
 """

@@ -1,6 +1,6 @@
 """Syndicate's MCMC search over execution plans (Pseudocode 1, §4.3.1).
 
-The state is one option per comm-op (:class:`optimizer_service.evaluation.Problem`);
+The state is one option per comm-op (:class:`optimizer_service.syndicate.problem.Problem`);
 its cost is the iteration time the scheduler gives it. Starting from the
 greedy plan (every op on its fastest option alone), each step picks a comm-op
 uniformly at random, gives it a uniformly random *other* option, prices the

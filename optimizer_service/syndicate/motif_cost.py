@@ -1,5 +1,5 @@
 """What one motif costs on a topology (Syndicate §4.2's physical plan, priced by
-the P² simulator of :mod:`optimizer_service.costmodel`).
+the P² simulator of :mod:`optimizer_service.hardware.cost_model`).
 
 A motif runs on one channel: the cost model for channel ``c`` routes its flows
 over that channel's links (a second NIC) and channel 0's elsewhere
@@ -8,7 +8,7 @@ for their group; an all-to-all motif sends its column range of every block
 directly from each rank to each destination in its window, all at once, so a
 node's NIC is shared by everything crossing it. Reducing motifs (AllReduce,
 ReduceScatter, Reduce) are also bounded by the channel's reduction rate where
-its links set one (:mod:`optimizer_service.costmodel`, "Reduction"): a
+its links set one (:mod:`optimizer_service.hardware.cost_model`, "Reduction"): a
 host-staged channel sums on CPU cores. Every motif also pays a fixed
 ``dispatch_seconds`` — the cost of launching one more kernel or message that
 Syndicate names as the reason over-fine segmentation does not pay (§4.2.1,

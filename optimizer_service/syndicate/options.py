@@ -1,7 +1,7 @@
 """Execution-plan options of a comm-op (Syndicate §4.2–4.3).
 
 An **option** is one way to run a comm-op: a motif decomposition built with
-the operators of :mod:`optimizer_service.motifs` (segmentation, splining,
+the operators of :mod:`optimizer_service.plan.motif` (segmentation, splining,
 their composition) plus a channel for every motif — the paper's logical and
 physical plan. The joint optimizer picks one option per comm-op.
 
@@ -11,9 +11,9 @@ What we offer, per collective (``p`` members, ``C`` the topology's channels):
   over blocks of ``n`` → AllReduce of the roots → Broadcast, recursively; ``n =
   2`` is the binary tree, ``n`` = the devices of a node the hierarchy-aware
   one), and, when the op spans every device, the P² hierarchical programs
-  (``p2-<k>``, the ``P2_PROGRAMS`` best of :mod:`optimizer_service.planner`
+  (``p2-<k>``, the ``P2_PROGRAMS`` best of :mod:`optimizer_service.p2.planner`
   for one reduction axis over the whole system, as motifs via
-  :mod:`optimizer_service.program_motifs`);
+  :mod:`optimizer_service.syndicate.program_motifs`);
 * **AllToAll** — ``a2a`` whole, and splined into windows of ``n`` destinations
   (``spline<n>``, ``n`` = p/2, p/4, …, §4.2.1: N/n motifs);
 * **AllGather / ReduceScatter / Reduce** — the whole motif;

@@ -4,12 +4,12 @@
 The search schedules two unrolled iterations; the plan describes one
 iteration, taken from the second (the steady state, where ops moved across
 the boundary already sit where they will always run). For every comm-op of
-that iteration whose kind a plan can carry (:data:`optimizer_service.plan_file.KINDS`)
+that iteration whose kind a plan can carry (:data:`optimizer_service.plan.op_plan.KINDS`)
 it gives
 
 * the key: the op's position among its group's ops in the iteration, its
   kind, its buffer's bytes (4-byte elements, the buffer model of
-  :mod:`optimizer_service.plan_file`), its group;
+  :mod:`optimizer_service.plan.op_plan`), its group;
 * the motifs of the chosen option, ranks as group positions;
 * each motif's sequence number: the schedule's numbers renumbered densely
   within the iteration, so motifs that start together share one.

@@ -1,7 +1,7 @@
 """P² reduction programs as motif plans of an all_reduce (pure).
 
-A lowered program (:mod:`optimizer_service.lowering`) is a sequence of steps,
-each a collective over disjoint device groups. :mod:`optimizer_service.layout` works
+A lowered program (:mod:`optimizer_service.p2.lowering`) is a sequence of steps,
+each a collective over disjoint device groups. :mod:`optimizer_service.plan.layout` works
 out which element ranges every group moves; here each step becomes a ``Par``
 of motifs and the program the ``Seq`` of its steps, so a plan can offer a P²
 program as one more way to run an all_reduce (Syndicate's execution-plan

@@ -13,7 +13,7 @@ Our readings of a trace (its ops in program order ``o_0 .. o_{K-1}``):
   all_gather(_into_tensor) → AllGather, reduce_scatter(_tensor) →
   ReduceScatter, all_to_all(_single) → AllToAll, on the group's global ranks.
   Elements are 4-byte units (the cost model's): ``ceil(bytes / 4)`` of the
-  op's buffer (:mod:`optimizer_service.plan_file` "Buffer model": the whole buffer ``D`` of
+  op's buffer (:mod:`optimizer_service.plan.op_plan` "Buffer model": the whole buffer ``D`` of
   gathers and reduce-scatters), and for AllToAll ``ceil(bytes / 4 / N)`` per
   destination block.
 * **Other ops** (barrier, send/recv, gather, scatter, coalesced ops, ...)

@@ -1,6 +1,6 @@
 """Built-in training workloads for the joint optimizer (Syndicate §6.2, Figure 13).
 
-Each builder returns one iteration of a training DAG (:mod:`optimizer_service.dag`)
+Each builder returns one iteration of a training DAG (:mod:`optimizer_service.syndicate.dag`)
 over every device of a topology, in program order (the order the framework
 submits its ops). Sizes and compute times come from the documented parameters
 of each :class:`Workload` through simple, stated formulas; they are chosen to

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from optimizer_service.plan.plan import Plan
-from tests.cli.test_synth_cli import p2
-from tests.optimizer_service.test_trace_dag import op, trace
+from tests.support.cli import p2
+from tests.support.traces import op, trace
 
 SYSTEM_NAMES = ["FIFO", "BS+", "HO", "S-Exec", "S-Sched", "Syndicate"]
 

@@ -8,14 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.cli import p2
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def p2(*args, env=None):
-    import os
-    environment = dict(os.environ, **(env or {}))
-    return subprocess.run([sys.executable, "-m", "optimizer_service.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env=environment, timeout=120)
 
 
 def test_console_script_is_installed():

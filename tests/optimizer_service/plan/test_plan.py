@@ -1,4 +1,4 @@
-"""The installed plan (optimizer_service.plan_file): JSON round trip, one-line rejections,
+"""The installed plan (optimizer_service.plan.op_plan): JSON round trip, one-line rejections,
 lookups, and validate() proving on a compressed buffer that the motifs compute
 the op, for any size (Syndicate §4.2, §4.4, Pseudocode 2)."""
 

@@ -1,4 +1,4 @@
-"""The C++ twin of optSched and of Problem.cost_of (cpp_ext/, optimizer_service.compiled_schedule):
+"""The C++ twin of optSched and of Problem.cost_of (cpp_ext/, optimizer_service.syndicate.native_scheduler):
 built in this checkout, and bit-identical to the Python scheduler."""
 
 import dataclasses

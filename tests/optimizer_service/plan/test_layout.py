@@ -12,7 +12,7 @@ from optimizer_service.catalog import load_topology
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.lowered import LoweredProgram
 from optimizer_service.p2.planner import synthesize_placements
-from tests.optimizer_service.test_numeric_oracle import CONFIGURATIONS
+from tests.support.programs import CONFIGURATIONS
 
 
 def F(text):

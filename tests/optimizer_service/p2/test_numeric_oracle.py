@@ -6,34 +6,8 @@ import pytest
 
 from optimizer_service.catalog import load_topology
 from optimizer_service.p2.planner import synthesize_placements
-from optimizer_service.hardware.topology import Topology
+from tests.support.programs import CONFIGURATIONS
 from tests.support.numeric_oracle import OracleError, check_program, reduction_partners, run
-
-THREE_LEVELS = Topology.from_yaml("""
-name: rack-server-gpu
-levels: [{name: rack, cardinality: 2}, {name: server, cardinality: 2}, {name: gpu, cardinality: 4}]
-links:
-  - {name: nvlink, levels: [gpu], bandwidth: 100GB/s, latency: 2us}
-  - {name: nic, levels: [server], bandwidth: 10GB/s, latency: 10us, shared_by: 4}
-  - {name: spine, levels: [rack], bandwidth: 5GB/s, latency: 20us, shared_by: 8}
-""")
-
-CONFIGURATIONS = [
-    # (topology, axes, reduce) — 1, 2 and 3 axes; 1 and 2 reduction axes; 1-, 2- and 3-level synthesis
-    ("gcp-a100-2n", (32,), (0,)),
-    ("gcp-v100-2n", (4, 4), (0,)),
-    ("gcp-v100-2n", (2, 8), (1,)),
-    ("gcp-a100-4n", (4, 16), (0,)),
-    ("gcp-a100-4n", (8, 8), (1,)),
-    ("gcp-a100-4n", (16, 2, 2), (0, 2)),
-    ("gcp-a100-4n", (4, 2, 8), (0, 2)),
-    ("gcp-v100-4n", (8, 2, 2), (0, 2)),
-    ("dgx-h100", (2, 4, 4), (0, 1)),
-    (THREE_LEVELS, (16,), (0,)),
-    (THREE_LEVELS, (4, 4), (0,)),
-    (THREE_LEVELS, (2, 2, 4), (0, 2)),
-    (THREE_LEVELS, (2, 4, 2), (1,)),
-]
 
 
 @pytest.mark.parametrize("topology,axes,reduce", CONFIGURATIONS,
