@@ -41,11 +41,11 @@ NAME = "enforcer-bench"
 
 # ----------------------------------------------------------------- rank side
 def _plans(world: int, elements: int) -> dict[str, str]:
+    from optimizer_service.plan.collective import Collective
+    from optimizer_service.plan.motif import comm_op, on_channel
     from optimizer_service.plan.op_plan import OpKey, OpPlan
     from optimizer_service.plan.plan import Plan
-    from optimizer_service.plan.motif import comm_op, on_channel
     from optimizer_service.syndicate.transforms import spline_all_to_all, spline_ring
-    from optimizer_service.plan.collective import Collective
 
     group = tuple(range(world))
     a2a_key = OpKey(0, "all_to_all", elements * 4, group)
@@ -136,10 +136,10 @@ def _program_cases(world: int, elements: int, iterations: int, plain) -> dict[st
 
     import enforcer
     from enforcer.executor import GroupCache, ProgramExecutor
+    from optimizer_service.plan.lowered import LoweredProgram
     from optimizer_service.plan.op_plan import OpKey, OpPlan
     from optimizer_service.plan.plan import Plan
     from optimizer_service.syndicate.program_motifs import program_motifs
-    from optimizer_service.plan.lowered import LoweredProgram
 
     program = LoweredProgram.parse(PROGRAM)
     executor = ProgramExecutor(GroupCache(backend="gloo"))

@@ -53,13 +53,15 @@ import time
 from pathlib import Path
 
 from optimizer_service.catalog import load_topology
-from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
-from optimizer_service.syndicate.problem import Problem
-from optimizer_service.syndicate.motif_cost import MotifCostModel
 from optimizer_service.plan.collective import Collective
-from optimizer_service.syndicate.scheduler import Policy
+from optimizer_service.settings import Settings
+from optimizer_service.syndicate.baselines import SYSTEMS
+from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
+from optimizer_service.syndicate.facade import plan_job
 from optimizer_service.syndicate.mcmc import mcmc
-from optimizer_service.syndicate.baselines import SYSTEMS, run_systems
+from optimizer_service.syndicate.motif_cost import MotifCostModel
+from optimizer_service.syndicate.problem import Problem
+from optimizer_service.syndicate.scheduler import Policy
 from optimizer_service.syndicate.workloads import build, fsdp, workload_names
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,12 +81,13 @@ def label(nbytes: int) -> str:
 
 
 def systems(topology, cost, names: list[str], budget: float, seed: int) -> tuple[dict, dict]:
-    """Section 1; also returns each workload's (problem, Syndicate result) for section 2."""
+    """Section 1 (each workload planned by the plan_job façade, as p2 optimize does); also returns each workload's (problem, Syndicate result) for section 2."""
     rows, kept = {}, {}
     for name in names:
         print(f"systems: {name} ...", flush=True)
-        problem = Problem(build(name, topology), cost)
-        results = {r.name: r for r in run_systems(problem, budget=budget, seed=seed)}
+        job = plan_job(build(name, topology), topology, budget, seed, native=not Settings().pure_python)
+        problem = job.problem
+        results = {r.name: r for r in job.results}
         bs, fifo, syn = results["BS+"].seconds, results["FIFO"].seconds, results["Syndicate"]
         steady_bs, steady_fifo = results["BS+"].steady_seconds, results["FIFO"].steady_seconds
         rows[name] = {

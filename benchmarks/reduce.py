@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from optimizer_service.hardware.accuracy import evaluate
 from optimizer_service.cli.bench import measured_candidates
+from optimizer_service.hardware.accuracy import evaluate
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 2**20

@@ -21,11 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-from optimizer_service.p2 import semantics
 from optimizer_service.catalog import load_topology
 from optimizer_service.hardware.cost_model import Algorithm, ring_pattern
-from optimizer_service.p2.planner import Planner, SynthesisReport
 from optimizer_service.hardware.topology import Topology
+from optimizer_service.p2 import semantics
+from optimizer_service.p2.planner import Planner, SynthesisReport
 
 # (preset, axes, reduce, total programs in the paper's Appendix A)
 PAPER_CONFIGURATIONS = [

@@ -1,5 +1,5 @@
 // optSched, Syndicate's critical-path list scheduler (Pseudocode 1, §4.3.1):
-// the C++ twin of optimizer_service/scheduler.py's Graph.run, bit for bit.
+// the C++ twin of optimizer_service/syndicate/scheduler.py's Graph.run, bit for bit.
 //
 // Same event-driven reading as the Python module docstring: a task is released
 // when its predecessors have ended; the compute stream (resource 0) takes

@@ -1,5 +1,5 @@
 // The joint optimizer's cost function in C++ (Syndicate Pseudocode 1 line 6,
-// §4.3.1): the twin of optimizer_service/evaluation.py's Problem.graph and
+// §4.3.1): the twin of optimizer_service/syndicate/problem.py's Problem.graph and
 // Problem.cost_of.
 //
 // Built once per Problem from plain lists: the unrolled DAG's nodes in a
@@ -27,7 +27,7 @@
 
 namespace p2 {
 
-// One option of one comm-op as the Python side gives it (evaluation.Template):
+// One option of one comm-op as the Python side gives it (syndicate.problem.Template):
 // (seconds, channel, after, exits) with local task indices.
 using TemplateSpec =
     std::tuple<std::vector<double>, std::vector<int>, std::vector<std::vector<int>>, std::vector<int>>;

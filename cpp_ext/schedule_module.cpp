@@ -1,7 +1,7 @@
-// optimizer_service._schedule_cpp: the pybind11 bindings of the C++ twin of
+// optimizer_service.syndicate._schedule_cpp: the pybind11 bindings of the C++ twin of
 // optSched (Syndicate Pseudocode 1, §4.3.1) and of Problem.cost_of.
-// optimizer_service/compiled_schedule.py is the only caller; it converts
-// Problem and Graph objects to the plain lists taken here and turns
+// optimizer_service/syndicate/native_scheduler.py is the only caller; it converts
+// a Problem (through Problem._compile) and Graph objects to the plain lists taken here and turns
 // InvalidInput into optimizer_service.errors.InvalidInputError. A ProblemGraph
 // reuses its buffers from call to call; calls hold the GIL, so one runs at a time.
 #include <pybind11/pybind11.h>

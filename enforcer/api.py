@@ -11,6 +11,7 @@ import torch.distributed as dist
 from enforcer import bypass, state
 from enforcer.trace import trace_path
 from optimizer_service.metrics import enforcer_exposition
+from optimizer_service.plan import InvalidInputError
 
 log = logging.getLogger("enforcer")
 
@@ -48,7 +49,7 @@ def export_trace(path: str | os.PathLike | None = None) -> Path:
     if path is None:
         template = state.settings().trace_file
         if not template:
-            raise ValueError("no trace path: pass one or set P2_TRACE_FILE (may contain {rank})")
+            raise InvalidInputError("no trace path: pass one or set P2_TRACE_FILE (may contain {rank})")
         path = trace_path(template, tracer.rank)
     return tracer.export(path)
 
@@ -69,7 +70,7 @@ def _enforcer_group(group):
     from enforcer.backend import EnforcerGroup
     group = group or dist.group.WORLD
     if not isinstance(group, EnforcerGroup):
-        raise ValueError("plans are installed on a p2enforcer process group; "
+        raise InvalidInputError("plans are installed on a p2enforcer process group; "
                          'init_process_group(backend="p2enforcer") first')
     return group
 

@@ -32,8 +32,8 @@ import torch
 import torch.distributed as dist
 
 from enforcer import p2p
-from optimizer_service.plan.layout import GroupMove, Ranges, StepLayout, plan_layout
 from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.layout import GroupMove, Ranges, StepLayout, plan_layout
 from optimizer_service.plan.lowered import LoweredProgram
 
 

@@ -41,7 +41,6 @@ from enforcer.settings import DEFAULT_TRACE_LIMIT
 from optimizer_service.plan.trace import TRACE_FORMAT, TRACE_VERSION, OpRecord, Wait
 
 
-
 def detect_period(signatures: Sequence[tuple]) -> tuple[int, int] | None:
     """``(start, period)`` of the shortest period that repeats at least twice
     up to the end of ``signatures`` (only a prefix may differ), or ``None``.

@@ -42,12 +42,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from deploy.errors import DeployError
-
 from deploy.emulated import netns, probe
 from deploy.emulated.privileges import require_namespace_privileges
 from deploy.emulated.processes import MARKER
 from deploy.emulated.state import ClusterInfo
+from deploy.errors import DeployError
 
 TIMEOUT_EXIT = 124
 DEFAULT_GRACE = 3.0

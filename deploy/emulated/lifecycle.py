@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from deploy.errors import DeployError
-
 from deploy.emulated import names, netns, probe
 from deploy.emulated.model import cluster_topology
 from deploy.emulated.privileges import require_namespace_privileges
@@ -34,6 +32,7 @@ from deploy.emulated.state import (
     writable_root,
     write_state,
 )
+from deploy.errors import DeployError
 
 MIN_RATE = 1e6 / 8  # 1 Mbit/s: below it a one-GSO-packet bucket is a long burst
 MAX_WORLD = 1024

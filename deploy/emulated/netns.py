@@ -52,9 +52,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy.errors import DeployError
-
 from deploy.emulated import names
+from deploy.errors import DeployError
 
 NETNS_DIR = Path("/run/netns")
 GSO_PACKET = 64 * 1024

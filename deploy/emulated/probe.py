@@ -16,9 +16,8 @@ import math
 import subprocess
 import sys
 
-from deploy.errors import DeployError
-
 from deploy.emulated.netns import NETNS_DIR
+from deploy.errors import DeployError
 
 LOOPBACK_BYTES = 48 * 2**20
 LOOPBACK_REPEATS = 3

@@ -21,10 +21,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from deploy.errors import DeployError
-
 from deploy.emulated import names
 from deploy.emulated.netns import TbfShape
+from deploy.errors import DeployError
 
 STATE_FILE = "cluster.json"
 TOPOLOGY_FILE = "topology.yaml"

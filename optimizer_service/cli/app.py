@@ -16,6 +16,7 @@ import sys
 import click
 from pydantic import ValidationError
 
+from deploy.errors import DeployError
 from optimizer_service.cli.bench import bench
 from optimizer_service.cli.calibrate import calibrate
 from optimizer_service.cli.cluster import cluster
@@ -23,7 +24,6 @@ from optimizer_service.cli.optimize import optimize
 from optimizer_service.cli.rule_plan import rule_plan
 from optimizer_service.cli.synth import synth
 from optimizer_service.cli.topology import topology
-from deploy.errors import DeployError
 from optimizer_service.errors import InvalidInputError, JobFailedError
 from optimizer_service.settings import Settings
 

@@ -8,17 +8,17 @@ import sys
 import click
 
 from deploy.emulated import load_cluster
-from optimizer_service.hardware.accuracy import Candidate, evaluate
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.bench_render import plot_predictions, render_bench
 from optimizer_service.cli.measure_job import Run, measure
 from optimizer_service.cli.params import ByteSize, IntList, write_json
+from optimizer_service.hardware.accuracy import Candidate, evaluate
 from optimizer_service.hardware.cost_model import Algorithm
 from optimizer_service.p2.lowering import PlacementMap
-from optimizer_service.plan.lowered import flat_allreduce
 from optimizer_service.p2.planner import Planner, speedup
-from optimizer_service.settings import Settings
 from optimizer_service.p2.synthesis import DEFAULT_MAX_SIZE
+from optimizer_service.plan.lowered import flat_allreduce
+from optimizer_service.settings import Settings
 from optimizer_service.units import format_bytes
 
 DEFAULT_BENCH_BYTES = 16 * 2**20

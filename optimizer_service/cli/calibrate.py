@@ -10,10 +10,10 @@ from pathlib import Path
 import click
 
 from deploy.emulated import load_cluster
-from optimizer_service.hardware.calibration import Probe, fit, probes
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.measure_job import Run, measure
 from optimizer_service.cli.params import ByteSize, replace_file, write_json
+from optimizer_service.hardware.calibration import Probe, fit, probes
 from optimizer_service.hardware.cost_model import CostModel
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.units import human_rate, human_seconds

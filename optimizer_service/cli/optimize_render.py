@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from optimizer_service.syndicate.problem import Problem
 from optimizer_service.plan.plan import Plan
-from optimizer_service.syndicate.scheduler import COMPUTE
 from optimizer_service.syndicate.baselines import SystemResult
+from optimizer_service.syndicate.problem import Problem
+from optimizer_service.syndicate.scheduler import COMPUTE
 
 
 def baseline(results: list[SystemResult]) -> SystemResult:

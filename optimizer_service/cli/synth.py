@@ -14,14 +14,14 @@ from optimizer_service.cli.synth_render import (
     render_report,
     report_to_dict,
 )
-from optimizer_service.hardware.cost_model import Algorithm
-from optimizer_service.p2.program import Program
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.hardware.cost_model import Algorithm
 from optimizer_service.p2.explain import explain_program
 from optimizer_service.p2.placement import ParallelismMatrix
 from optimizer_service.p2.planner import DEFAULT_BYTES, Planner
-from optimizer_service.settings import Settings
+from optimizer_service.p2.program import Program
 from optimizer_service.p2.synthesis import DEFAULT_MAX_SIZE
+from optimizer_service.settings import Settings
 from optimizer_service.units import format_bytes
 
 

@@ -7,8 +7,8 @@ from typing import Any
 
 from optimizer_service.p2.explain import Explanation
 from optimizer_service.p2.hierarchy import SynthesisHierarchy
-from optimizer_service.plan.lowered import LoweredStep
 from optimizer_service.p2.planner import SynthesisReport, speedup
+from optimizer_service.plan.lowered import LoweredStep
 from optimizer_service.units import format_bytes, human_seconds
 
 MAX_STATES_SHOWN = 16

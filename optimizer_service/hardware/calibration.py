@@ -36,11 +36,11 @@ from fractions import Fraction
 
 import numpy as np
 
-from optimizer_service.plan.collective import Collective
-from optimizer_service.hardware.cost_model import CostModel
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.plan.lowered import LoweredProgram, LoweredStep
+from optimizer_service.hardware.cost_model import CostModel
 from optimizer_service.hardware.topology import Link, Topology
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.lowered import LoweredProgram, LoweredStep
 
 #: Probe sizes: the large one takes about ``LARGE_PROBE_SECONDS`` at the
 #: link's nominal bandwidth (within bounds), the small one is an eighth of it.

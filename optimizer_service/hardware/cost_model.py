@@ -74,10 +74,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from optimizer_service.plan.collective import Collective
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.plan.lowered import LoweredProgram, LoweredStep
 from optimizer_service.hardware.topology import Topology
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.lowered import LoweredProgram, LoweredStep
 
 
 class Algorithm(str, Enum):

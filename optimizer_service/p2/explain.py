@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from optimizer_service.hardware.cost_model import Algorithm, CostModel
-from optimizer_service.p2.program import Program, Reduction
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.hardware.cost_model import Algorithm, CostModel
+from optimizer_service.hardware.topology import Topology
 from optimizer_service.p2.hierarchy import SynthesisHierarchy
-from optimizer_service.plan.lowered import LoweredStep
 from optimizer_service.p2.lowering import PlacementMap, active_step
 from optimizer_service.p2.placement import ParallelismMatrix, check_axes, enumerate_matrices
+from optimizer_service.p2.program import Program, Reduction
 from optimizer_service.p2.semantics import (
     DeviceState,
     apply_step,
@@ -25,7 +25,7 @@ from optimizer_service.p2.semantics import (
     initial_context,
     why_invalid,
 )
-from optimizer_service.hardware.topology import Topology
+from optimizer_service.plan.lowered import LoweredStep
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from optimizer_service.p2.program import Form, FormKind, Reduction
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.p2.placement import ParallelismMatrix
 from optimizer_service.hardware.topology import ROOT_LEVEL, Level
+from optimizer_service.p2.placement import ParallelismMatrix
+from optimizer_service.p2.program import Form, FormKind, Reduction
 from optimizer_service.plan.lowered import Groups
 
 

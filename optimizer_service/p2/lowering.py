@@ -38,12 +38,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from optimizer_service.plan.collective import Collective
-from optimizer_service.p2.program import Program
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.p2.hierarchy import Groups, SynthesisHierarchy
 from optimizer_service.p2.placement import ParallelismMatrix
+from optimizer_service.p2.program import Program
 from optimizer_service.p2.semantics import Context, execute, rows_of
+from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.lowered import LoweredProgram, LoweredStep
 
 SynthesisStep = tuple[Collective, Groups]

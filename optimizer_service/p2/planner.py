@@ -18,14 +18,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from optimizer_service.plan.collective import P2_COLLECTIVES
-from optimizer_service.hardware.cost_model import Algorithm, CostModel
-from optimizer_service.p2.program import Program
 from optimizer_service.errors import InvalidInputError, SearchBoundError
+from optimizer_service.hardware.cost_model import Algorithm, CostModel
+from optimizer_service.hardware.topology import Topology
 from optimizer_service.p2.hierarchy import SynthesisHierarchy
 from optimizer_service.p2.lowering import ActiveStep, PlacementMap, active_step
-from optimizer_service.plan.lowered import LoweredProgram, LoweredStep
 from optimizer_service.p2.placement import ParallelismMatrix, check_axes, count_matrices, enumerate_matrices
+from optimizer_service.p2.program import Program
 from optimizer_service.p2.semantics import apply_step, initial_context
 from optimizer_service.p2.synthesis import (
     DEFAULT_MAX_SIZE,
@@ -33,7 +32,8 @@ from optimizer_service.p2.synthesis import (
     SynthesisCache,
     SynthesisResult,
 )
-from optimizer_service.hardware.topology import Topology
+from optimizer_service.plan.collective import P2_COLLECTIVES
+from optimizer_service.plan.lowered import LoweredProgram, LoweredStep
 
 #: Default per-device input: large enough that bandwidth dominates, as in the paper's runs.
 DEFAULT_BYTES = 256 * 2**20

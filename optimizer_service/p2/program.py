@@ -28,8 +28,8 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from optimizer_service.plan.collective import Collective
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.plan.collective import Collective
 
 
 class FormKind(str, Enum):

@@ -34,8 +34,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from optimizer_service.plan.collective import Collective
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.plan.collective import Collective
 
 #: One device's state: sorted ``(rows, contributors)`` bitmask pairs.
 RawState = tuple[tuple[int, int], ...]

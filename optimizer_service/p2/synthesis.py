@@ -33,11 +33,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from optimizer_service.plan.collective import P2_COLLECTIVES, Collective
-from optimizer_service.p2.program import Form, FormKind, INSIDE_GROUP, Program, Reduction
 from optimizer_service.errors import SearchBoundError
 from optimizer_service.p2.hierarchy import Groups, SynthesisHierarchy
+from optimizer_service.p2.program import INSIDE_GROUP, Form, FormKind, Program, Reduction
 from optimizer_service.p2.semantics import Context, apply_step, final_context, initial_context
+from optimizer_service.plan.collective import P2_COLLECTIVES, Collective
 
 #: The paper's program size limit (§4.2).
 DEFAULT_MAX_SIZE = 5

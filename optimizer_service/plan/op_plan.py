@@ -54,10 +54,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from optimizer_service.plan.motif import Composition, Motif, Seq, check_motif, motifs_of
-from optimizer_service.plan.numeric import buffer_extent, wrong_numbers
 from optimizer_service.errors import InvalidInputError, PlanError
 from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Composition, Motif, Seq, check_motif, motifs_of
+from optimizer_service.plan.numeric import buffer_extent, wrong_numbers
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast")
 #: The plan kind of each op kind the backend can hand to a plan (the trace's

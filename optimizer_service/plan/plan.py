@@ -15,6 +15,7 @@ from optimizer_service.errors import PlanError
 from optimizer_service.plan import codec
 from optimizer_service.plan.op_plan import OpPlan
 
+
 @dataclass(frozen=True)
 class Plan:
     """A whole installed plan: every planned op of an iteration and the channels."""

@@ -46,10 +46,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from optimizer_service.syndicate.problem import Evaluation, Problem
-from optimizer_service.syndicate.options import Option, SEGMENTS
-from optimizer_service.syndicate.scheduler import Policy
+from optimizer_service.errors import InvalidInputError
 from optimizer_service.syndicate.mcmc import SearchResult, mcmc
+from optimizer_service.syndicate.options import SEGMENTS, Option
+from optimizer_service.syndicate.problem import Evaluation, Problem
+from optimizer_service.syndicate.scheduler import Policy
 
 SYSTEMS = ("FIFO", "BS+", "HO", "S-Exec", "S-Sched", "Syndicate")
 
@@ -122,7 +123,7 @@ def run_systems(problem: Problem, budget: float = 10.0, seed: int = 0, names=SYS
                          **search)
             choice = list(found.choice)
         else:
-            raise ValueError(f"unknown system {name!r}")
+            raise InvalidInputError(f"unknown system {name!r}; expected one of {', '.join(SYSTEMS)}")
         results.append(SystemResult(name, tuple(choice), policy, keep, problem.evaluate(choice, policy, keep),
                                     found, problem.steady_seconds(choice, policy, keep)))
     return results

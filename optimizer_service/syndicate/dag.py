@@ -34,10 +34,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.syndicate.toposort import topological_order
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Composition, Motif, Par, Seq, comm_op
 from optimizer_service.syndicate.scheduler import COMPUTE, Task
+from optimizer_service.syndicate.toposort import topological_order
 
 
 @dataclass(frozen=True)

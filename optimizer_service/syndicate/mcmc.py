@@ -35,8 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.syndicate.problem import Problem
 from optimizer_service.syndicate.options import Option
+from optimizer_service.syndicate.problem import Problem
 from optimizer_service.syndicate.scheduler import Policy
 
 BETA = 100.0

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from optimizer_service.plan.collective import Collective
-from optimizer_service.hardware.cost_model import Algorithm, CostModel
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.plan.motif import Motif
+from optimizer_service.hardware.cost_model import Algorithm, CostModel
 from optimizer_service.hardware.topology import Topology
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Motif
 
 #: Bytes per element of every payload the optimizer plans (fp32).
 ELEMENT_BYTES = 4

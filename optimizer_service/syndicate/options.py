@@ -39,12 +39,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from optimizer_service.plan.motif import motifs_of, on_channel, rewrite
-from optimizer_service.syndicate.transforms import segment, spline_all_to_all, spline_broadcast, spline_ring, spline_tree
-from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
-from optimizer_service.plan.collective import Collective
-from optimizer_service.plan.motif import Composition, Motif, Par
 from optimizer_service.hardware.topology import Topology
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Composition, Motif, Par, motifs_of, on_channel, rewrite
+from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
+from optimizer_service.syndicate.transforms import (
+    segment,
+    spline_all_to_all,
+    spline_broadcast,
+    spline_ring,
+    spline_tree,
+)
 
 SEGMENTS = (1, 2, 4, 8)
 #: How many of P²'s best programs become all-reduce options.

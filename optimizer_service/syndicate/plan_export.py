@@ -23,13 +23,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from optimizer_service.syndicate.problem import Problem
-from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Motif, motifs_of, rewrite
 from optimizer_service.plan.op_plan import KINDS, OpKey, OpPlan
 from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.baselines import SystemResult
+from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
+from optimizer_service.syndicate.problem import Problem
+
 
 def buffer_bytes(op: Motif) -> int:
     """The op's buffer: its elements (every member's part for gathers and

@@ -47,11 +47,11 @@ import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.plan.motif import Composition, Motif
 from optimizer_service.syndicate import native_scheduler
 from optimizer_service.syndicate.dag import TrainingDAG, lower_plan
-from optimizer_service.errors import InvalidInputError
 from optimizer_service.syndicate.motif_cost import MotifCostModel
-from optimizer_service.plan.motif import Composition, Motif
 from optimizer_service.syndicate.options import Option, options_for, p2_programs
 from optimizer_service.syndicate.scheduler import COMPUTE, Graph, Policy
 

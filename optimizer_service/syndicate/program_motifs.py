@@ -21,11 +21,10 @@ several ranges becomes one motif per range. Empty pieces stay as empty ranges.
 
 from __future__ import annotations
 
-from optimizer_service.plan.layout import plan_layout
-from optimizer_service.plan.motif import Composition, Par, Seq
 from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.layout import plan_layout
 from optimizer_service.plan.lowered import LoweredProgram
-from optimizer_service.plan.motif import Motif
+from optimizer_service.plan.motif import Composition, Motif, Par, Seq
 
 
 def _piece_ranges(pieces, numel: int) -> list[tuple[int, int]]:

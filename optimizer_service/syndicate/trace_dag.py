@@ -45,11 +45,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 
-from optimizer_service.syndicate.dag import Node, TrainingDAG, comm, compute
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.plan.trace import COMM_KINDS, TRACE_FORMAT
-from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.trace import COMM_KINDS, TRACE_FORMAT
+from optimizer_service.syndicate.dag import Node, TrainingDAG, comm, compute
+from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 
 
 def _checked(function: Callable) -> Callable:

@@ -35,6 +35,7 @@ from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Composition, Motif, Par, Seq, even_split, motifs_of
 
+
 def segment(motif: Motif, d: int) -> Composition:
     """``=s=``: pieces of at most ``d`` elements (per part for ReduceScatter/AllGather), in parallel."""
     if d < 1:

@@ -38,11 +38,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from optimizer_service.syndicate.dag import Node, TrainingDAG, comm, compute
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
-from optimizer_service.plan.collective import Collective
 from optimizer_service.hardware.topology import Topology
+from optimizer_service.plan.collective import Collective
+from optimizer_service.syndicate.dag import Node, TrainingDAG, comm, compute
+from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 
 FLOPS = 60e12
 HBM = 450e9

@@ -2,9 +2,9 @@
 
 import pytest
 
+from optimizer_service.errors import InvalidInputError
 from optimizer_service.hardware.calibration import coefficients, fit, probes
 from optimizer_service.hardware.cost_model import CostModel
-from optimizer_service.errors import InvalidInputError
 from optimizer_service.hardware.topology import Topology
 
 CLUSTER = Topology.from_yaml("""

@@ -1,16 +1,16 @@
-"""The simulator's formulas (module docstring of costmodel.py) on cases small enough to do by hand."""
+"""The simulator's formulas (module docstring of hardware/cost_model.py) on cases small enough to do by hand."""
 
 import numpy as np
 import pytest
 
 from optimizer_service.catalog import load_topology
-from optimizer_service.plan.collective import Collective
 from optimizer_service.hardware.cost_model import Algorithm, CostModel, tree_edges
-from optimizer_service.p2.program import Program
+from optimizer_service.hardware.topology import Topology
 from optimizer_service.p2.hierarchy import SynthesisHierarchy
 from optimizer_service.p2.lowering import lower_program
 from optimizer_service.p2.placement import ParallelismMatrix
-from optimizer_service.hardware.topology import Topology
+from optimizer_service.p2.program import Program
+from optimizer_service.plan.collective import Collective
 
 A100 = load_topology("gcp-a100-2n")      # 2 nodes x 16, NVSwitch 270 GB/s 3 us, NIC 8 GB/s 30 us per node
 V100 = load_topology("gcp-v100-2n")      # 2 nodes x 8, NVLink 135 GB/s, PCIe 32 GB/s per 4, NIC 8 GB/s per node

@@ -1,10 +1,10 @@
 import pytest
 
-from optimizer_service.p2.program import Form
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.hardware.topology import Level
 from optimizer_service.p2.hierarchy import SynthesisHierarchy
 from optimizer_service.p2.placement import ParallelismMatrix
-from optimizer_service.hardware.topology import Level
+from optimizer_service.p2.program import Form
 
 # P² Figure 2a / Table 2: [(rack,1), (server,2), (CPU,2), (GPU,4)]; CPUs A, B in server 0, C, D in server 1.
 FIGURE_2A = SynthesisHierarchy((Level("rack", 1), Level("server", 2), Level("CPU", 2), Level("GPU", 4)))

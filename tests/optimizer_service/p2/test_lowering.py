@@ -3,13 +3,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from optimizer_service.plan.collective import Collective
-from optimizer_service.p2.program import Program
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.p2.hierarchy import SynthesisHierarchy
-from optimizer_service.plan.lowered import LoweredProgram, LoweredStep
 from optimizer_service.p2.lowering import PlacementMap, lower_program
 from optimizer_service.p2.placement import ParallelismMatrix, enumerate_matrices
+from optimizer_service.p2.program import Program
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.lowered import LoweredProgram, LoweredStep
 from tests.support.numeric_oracle import reduction_partners
 
 MATRIX = ParallelismMatrix(((2, 2), (2, 8)))  # [4 16] on 4 nodes x 16 GPUs, reduce axis 0

@@ -6,8 +6,8 @@ import pytest
 
 from optimizer_service.catalog import load_topology
 from optimizer_service.p2.planner import synthesize_placements
-from tests.support.programs import CONFIGURATIONS
 from tests.support.numeric_oracle import OracleError, check_program, reduction_partners, run
+from tests.support.programs import CONFIGURATIONS
 
 
 @pytest.mark.parametrize("topology,axes,reduce", CONFIGURATIONS,

@@ -1,8 +1,8 @@
 import pytest
 
 from optimizer_service.catalog import load_topology
-from optimizer_service.hardware.cost_model import Algorithm
 from optimizer_service.errors import InvalidInputError, SearchBoundError
+from optimizer_service.hardware.cost_model import Algorithm
 from optimizer_service.p2.planner import Limits, Planner, synthesize_placements
 
 A100_4N = load_topology("gcp-a100-4n")

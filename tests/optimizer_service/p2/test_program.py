@@ -1,8 +1,8 @@
 import pytest
 
-from optimizer_service.plan.collective import Collective
-from optimizer_service.p2.program import Form, FormKind, INSIDE_GROUP, Program, Reduction
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.p2.program import INSIDE_GROUP, Form, FormKind, Program, Reduction
+from optimizer_service.plan.collective import Collective
 
 
 def test_reduction_text_form():

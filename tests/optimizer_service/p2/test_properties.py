@@ -5,13 +5,13 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from optimizer_service.p2.program import Program
+from optimizer_service.hardware.topology import Topology
 from optimizer_service.p2.hierarchy import SynthesisHierarchy
-from optimizer_service.plan.lowered import LoweredProgram
 from optimizer_service.p2.placement import ParallelismMatrix, count_matrices, enumerate_matrices
 from optimizer_service.p2.planner import Planner
+from optimizer_service.p2.program import Program
 from optimizer_service.p2.semantics import DeviceState
-from optimizer_service.hardware.topology import Topology
+from optimizer_service.plan.lowered import LoweredProgram
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

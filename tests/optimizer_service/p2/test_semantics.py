@@ -2,10 +2,10 @@
 
 import pytest
 
-from optimizer_service.plan.collective import Collective
-from optimizer_service.p2.program import Form
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.hardware.topology import Level
 from optimizer_service.p2.hierarchy import SynthesisHierarchy
+from optimizer_service.p2.program import Form
 from optimizer_service.p2.semantics import (
     DeviceState,
     apply_collective,
@@ -15,7 +15,7 @@ from optimizer_service.p2.semantics import (
     initial_context,
     why_invalid,
 )
-from optimizer_service.hardware.topology import Level
+from optimizer_service.plan.collective import Collective
 
 S = DeviceState.parse
 AR, RS, AG, RD, BC = (Collective.ALL_REDUCE, Collective.REDUCE_SCATTER, Collective.ALL_GATHER,

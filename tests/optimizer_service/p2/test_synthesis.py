@@ -2,10 +2,10 @@ import pytest
 
 from optimizer_service.catalog import load_topology
 from optimizer_service.errors import SearchBoundError
+from optimizer_service.hardware.topology import Level
 from optimizer_service.p2.hierarchy import SynthesisHierarchy
 from optimizer_service.p2.planner import synthesize_placements
 from optimizer_service.p2.synthesis import candidate_instructions, synthesize
-from optimizer_service.hardware.topology import Level
 
 
 def hierarchy(*cards, names=("root", "node", "gpu", "lane")):

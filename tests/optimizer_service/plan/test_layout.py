@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from optimizer_service.errors import LayoutError
-from optimizer_service.plan.layout import WHOLE, cut, element_ranges, merge, plan_layout
 from optimizer_service.catalog import load_topology
-from optimizer_service.plan.collective import Collective
-from optimizer_service.plan.lowered import LoweredProgram
+from optimizer_service.errors import LayoutError
 from optimizer_service.p2.planner import synthesize_placements
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.layout import WHOLE, cut, element_ranges, merge, plan_layout
+from optimizer_service.plan.lowered import LoweredProgram
 from tests.support.programs import CONFIGURATIONS
 
 

@@ -4,15 +4,16 @@ the op, for any size (Syndicate §4.2, §4.4, Pseudocode 2)."""
 
 import json
 import time
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer_service.plan.op_plan import KINDS, OpKey, OpPlan, whole_op
-from optimizer_service.plan.plan import Plan
 from optimizer_service.errors import PlanError
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Motif, Par, Seq, comm_op, even_split, on_channel, rewrite
+from optimizer_service.plan.op_plan import KINDS, OpKey, OpPlan, whole_op
+from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.transforms import (
     segment,
     spline_all_to_all,

@@ -2,12 +2,12 @@
 
 import pytest
 
-from optimizer_service.syndicate.dag import TrainingDAG, comm, compute, to_tasks
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Seq, on_channel
-from optimizer_service.syndicate.transforms import segment, spline_ring
+from optimizer_service.syndicate.dag import TrainingDAG, comm, compute, to_tasks
 from optimizer_service.syndicate.scheduler import schedule
+from optimizer_service.syndicate.transforms import segment, spline_ring
 
 
 def seconds(motif):

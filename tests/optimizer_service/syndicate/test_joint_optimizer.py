@@ -6,18 +6,18 @@ import itertools
 import pytest
 
 from optimizer_service.catalog import load_topology
-from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.syndicate.problem import Problem, template_of
-from optimizer_service.syndicate.plan_export import joint_plan
-from optimizer_service.syndicate.motif_cost import MotifCostModel
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Motif, Par, Seq, comm_op
-from optimizer_service.syndicate.transforms import spline_tree
 from optimizer_service.plan.plan import Plan
-from optimizer_service.syndicate.scheduler import COMPUTE, Policy, Task, schedule
-from optimizer_service.syndicate.mcmc import mcmc
 from optimizer_service.syndicate.baselines import SYSTEMS, run_systems
+from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
+from optimizer_service.syndicate.mcmc import mcmc
+from optimizer_service.syndicate.motif_cost import MotifCostModel
+from optimizer_service.syndicate.plan_export import joint_plan
+from optimizer_service.syndicate.problem import Problem, template_of
+from optimizer_service.syndicate.scheduler import COMPUTE, Policy, Task, schedule
+from optimizer_service.syndicate.transforms import spline_tree
 from optimizer_service.syndicate.workloads import build, workload_names
 
 TOPOLOGY = load_topology("hgx2-4n")

@@ -2,13 +2,13 @@
 
 import pytest
 
-from optimizer_service.plan.collective import Collective
-from optimizer_service.hardware.cost_model import CostModel
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.syndicate.motif_cost import MotifCostModel
-from optimizer_service.plan.motif import comm_op, motifs_of, on_channel
-from optimizer_service.syndicate.transforms import segment, spline_all_to_all, spline_ring
+from optimizer_service.hardware.cost_model import CostModel
 from optimizer_service.hardware.topology import Topology
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import comm_op, motifs_of, on_channel
+from optimizer_service.syndicate.motif_cost import MotifCostModel
+from optimizer_service.syndicate.transforms import segment, spline_all_to_all, spline_ring
 
 TWO_NICS = Topology.from_yaml("""
 name: two-nics

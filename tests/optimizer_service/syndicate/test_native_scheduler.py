@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from optimizer_service.syndicate import native_scheduler
 from optimizer_service.catalog import load_topology
-from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.syndicate.problem import Problem
-from optimizer_service.syndicate.motif_cost import MotifCostModel
 from optimizer_service.plan.collective import Collective
+from optimizer_service.syndicate import native_scheduler
+from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
+from optimizer_service.syndicate.motif_cost import MotifCostModel
+from optimizer_service.syndicate.problem import Problem
 from optimizer_service.syndicate.scheduler import COMPUTE, Graph, Policy
 from optimizer_service.syndicate.workloads import build, workload_names
 

@@ -7,8 +7,8 @@ from optimizer_service.catalog import load_topology
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import comm_op, motifs_of
 from optimizer_service.plan.numeric import execute
-from optimizer_service.syndicate.transforms import moved_elements
 from optimizer_service.syndicate.options import SEGMENTS, options_for, p2_programs
+from optimizer_service.syndicate.transforms import moved_elements
 
 TOPOLOGY = load_topology("hgx2-4n")     # 4 nodes x 8, two channels
 

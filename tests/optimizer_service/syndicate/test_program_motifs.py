@@ -2,11 +2,11 @@
 
 import pytest
 
-from optimizer_service.plan.op_plan import OpKey, OpPlan
-from optimizer_service.syndicate.program_motifs import program_motifs
-from optimizer_service.plan.lowered import LoweredProgram
 from optimizer_service.p2.lowering import PlacementMap
 from optimizer_service.p2.planner import synthesize_placements
+from optimizer_service.plan.lowered import LoweredProgram
+from optimizer_service.plan.op_plan import OpKey, OpPlan
+from optimizer_service.syndicate.program_motifs import program_motifs
 from tests.enforcer.test_executor import CONFIGURATIONS
 
 

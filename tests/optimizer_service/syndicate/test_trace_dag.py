@@ -5,10 +5,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from optimizer_service.syndicate.dag import to_tasks
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import comm_op
+from optimizer_service.syndicate.dag import to_tasks
 from optimizer_service.syndicate.scheduler import schedule
 from optimizer_service.syndicate.trace_dag import dag_from_traces, trace_iteration_seconds
 from tests.support.traces import op, trace
