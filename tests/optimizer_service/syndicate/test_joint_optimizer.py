@@ -24,6 +24,11 @@ TOPOLOGY = load_topology("hgx2-4n")
 COST = MotifCostModel(TOPOLOGY)
 
 
+def FROZEN() -> float:
+    """A clock that never advances: searches stop by their evaluation rules, never by the wall clock."""
+    return 0.0
+
+
 def figure6() -> TrainingDAG:
     """Syndicate Figure 6 in miniature: an all-to-all and an all-reduce that both
     wait for the same compute, and a step that needs both."""
@@ -84,7 +89,7 @@ def test_the_joint_plan_beats_the_greedy_one_by_using_the_other_channel():
     greedy = problem.greedy()
     names = lambda choice: [problem.options[s][k].name for s, k in enumerate(choice)]
     assert names(greedy)[0].endswith("@ch0")              # alone, the all-to-all is fastest on channel 0
-    found = mcmc(problem, greedy, budget=30, seed=3)
+    found = mcmc(problem, greedy, budget=30, seed=3, clock=FROZEN)
     assert found.seconds < found.start_seconds * 0.9
     a2a, ar = (problem.options[s][k] for s, k in enumerate(found.choice))
     assert a2a.channel != ar.channel or "split" in a2a.channel + ar.channel
@@ -107,16 +112,16 @@ def test_a_gpu_driven_channel_that_slows_compute_sends_the_overlapped_op_to_the_
     assert plain.cost_of(greedy) == pytest.approx(0.011)                  # hidden behind fwd
     assert slowed.cost_of(greedy) > 0.011 + 1e-5                          # fwd pays for it
     assert slowed.evaluate(greedy).compute_idle_fraction == pytest.approx(0.0, abs=1e-12)  # slower, not idle
-    found = mcmc(slowed, greedy, budget=30, seed=0)
+    found = mcmc(slowed, greedy, budget=30, seed=0, clock=FROZEN)
     assert slowed.options[0][found.choice[0]].channel == "ch1" and found.seconds == pytest.approx(0.011)
 
 
 def test_search_never_worsens_its_start_and_is_deterministic_per_seed():
     problem = Problem(build("dlrm-a2", TOPOLOGY), COST)
     start = problem.default()
-    first = mcmc(problem, start, budget=60, seed=7, min_evaluations=300)
-    again = mcmc(problem, start, budget=60, seed=7, min_evaluations=300)
-    other = mcmc(problem, start, budget=60, seed=8, min_evaluations=300)
+    first = mcmc(problem, start, budget=60, seed=7, min_evaluations=300, clock=FROZEN)
+    again = mcmc(problem, start, budget=60, seed=7, min_evaluations=300, clock=FROZEN)
+    other = mcmc(problem, start, budget=60, seed=8, min_evaluations=300, clock=FROZEN)
     assert first.seconds <= problem.cost_of(start) == first.start_seconds
     assert (first.choice, first.evaluations, first.accepted) == (again.choice, again.evaluations, again.accepted)
     assert first.stopped_by == "no-improvement"
@@ -129,7 +134,8 @@ def test_search_respects_its_budget_and_evaluation_bound():
     ticks = itertools.count()
     timed = mcmc(problem, problem.greedy(), budget=50, seed=1, clock=lambda: next(ticks) * 1.0)
     assert timed.stopped_by == "budget" and timed.evaluations <= 50
-    bounded = mcmc(problem, problem.greedy(), budget=60, seed=1, max_evaluations=25, min_evaluations=10**9)
+    bounded = mcmc(problem, problem.greedy(), budget=60, seed=1, max_evaluations=25, min_evaluations=10**9,
+                   clock=FROZEN)
     assert bounded.stopped_by == "evaluations" and bounded.evaluations == 25
     with pytest.raises(InvalidInputError, match="budget"):
         mcmc(problem, problem.greedy(), budget=0)
