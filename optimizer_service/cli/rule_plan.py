@@ -32,7 +32,9 @@ def rule_plan(trace: Path, plan: Path, segments: int, channels: int) -> None:
         raise InvalidInputError(f"the trace {trace} is not JSON: {error}") from None
     try:
         made = plan_from_trace(document, segments, channels)
-    except (KeyError, TypeError) as error:
-        raise InvalidInputError(f"the trace {trace} is not a p2enforcer trace (missing {error})") from None
+    except KeyError as error:
+        raise InvalidInputError(f"the trace {trace} is not a p2enforcer trace (no field {error})") from None
+    except TypeError as error:
+        raise InvalidInputError(f"the trace {trace} is not a p2enforcer trace ({error})") from None
     replace_file(plan, made.to_json())
     click.echo(f"{len(made.ops)} ops planned -> {plan}")
