@@ -42,8 +42,8 @@ def _entry(rank: int, world_size: int, port: int, target: Callable, args: tuple,
 
 def run_world(world_size: int, target: Callable, *args: Any, timeout: float = DEFAULT_TIMEOUT,
               backend: str = "gloo", env: dict[str, str] | None = None) -> list[Any]:
-    """``target(*args)`` on every rank of a ``backend`` world (``env`` set in each
-    rank first); returns the values in rank order."""
+    """``target(*args)`` on every rank of a ``backend`` world (``env`` in each
+    rank's environment from its start); returns the values in rank order."""
     import torch.distributed as dist
 
     server = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
@@ -51,8 +51,19 @@ def run_world(world_size: int, target: Callable, *args: Any, timeout: float = DE
     results = ctx.Queue()
     procs = [ctx.Process(target=_entry, args=(r, world_size, server.port, target, args, results, backend, env or {}), daemon=True)
              for r in range(world_size)]
-    for proc in procs:
-        proc.start()
+    # Spawned ranks inherit the environment at start: set ``env`` there too, so
+    # settings read when a rank imports its modules (before ``_entry`` runs) see it.
+    saved = {name: os.environ.get(name) for name in env or {}}
+    os.environ.update(env or {})
+    try:
+        for proc in procs:
+            proc.start()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     values: dict[int, Any] = {}
     try:
         while len(values) < world_size:

@@ -23,7 +23,16 @@ def _autoload() -> None:
 
 
 from enforcer.api import (  # noqa: E402
-    attach, bypass_counts, export_trace, install_plan, metrics_text, register, remove_plan, step, trace)
+    attach,
+    bypass_counts,
+    export_trace,
+    install_plan,
+    metrics_text,
+    register,
+    remove_plan,
+    step,
+    trace,
+)
 
 __all__ = ["attach", "bypass_counts", "export_trace", "install_plan", "metrics_text", "register",
            "remove_plan", "step", "trace"]

@@ -31,6 +31,7 @@ this backend gives each subgroup its own inner communicators.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -38,7 +39,8 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
 from enforcer import inner, state
-from enforcer.works import TrackedWork, all_of, on_complete
+from enforcer.works import all_of, on_complete
+from optimizer_service.plan import InvalidInputError
 
 log = logging.getLogger("enforcer")
 
@@ -64,6 +66,10 @@ def _bytes(tensors) -> int:
 
 def _nested_bytes(lists) -> int:
     return sum(_bytes(ts) for ts in lists)
+
+
+def _first(tensors) -> torch.Tensor | None:
+    return tensors[0] if tensors else None
 
 
 class EnforcerGroup(ProcessGroup):
@@ -97,8 +103,8 @@ class EnforcerGroup(ProcessGroup):
     def _install_from_env(self, path: str) -> None:
         """``P2_PLAN_FILE``: the plan to enforce from the first op on; one that does
         not fit the job is logged and the group stays in passthrough."""
-        from optimizer_service.plan import PlanError
         from enforcer.runtime import install
+        from optimizer_service.plan import PlanError
         try:
             install(self, path)
         except PlanError as error:
@@ -115,28 +121,30 @@ class EnforcerGroup(ProcessGroup):
         try:
             return self._inner[device]
         except KeyError:
-            raise RuntimeError(f"p2enforcer has no inner backend for {device} tensors; set "
-                               f"{inner.ENV_VAR} (e.g. cpu:gloo,{device}:gloo)") from None
+            raise InvalidInputError(f"p2enforcer has no inner backend for {device} tensors; set "
+                                    f"{inner.ENV_VAR} (e.g. cpu:gloo,{device}:gloo)") from None
 
     def inner_backend(self, device: str = "cpu") -> dist.Backend:
         return self._inner[device]
 
-    def _issue(self, kind: str, tensor: torch.Tensor | None, nbytes: int):
+    def _op(self, kind: str, tensor: torch.Tensor | None, nbytes: int, run: Callable[[dist.Backend], dist.Work],
+            planned: tuple | None = None, root: int | None = None) -> dist.Work:
+        """The common body of every op: record it in the trace (``tensor`` gives its dtype and
+        picks the inner backend), hand it to the plan runtime when ``planned`` (the arguments
+        :meth:`enforcer.runtime.PlanRuntime.submit` takes) and a plan takes it, else ``run``
+        it on the inner backend; the Work returned records the op's completion."""
         state.entered()
-        return self.tracer.issue(kind, "" if tensor is None else _dtype(tensor), nbytes, self.ranks,
-                                 self.group_label)
-
-    def _collective(self, work: dist.Work, record) -> dist.Work:
-        tracer = self.tracer
-        return on_complete(work, lambda: tracer.complete(record))
-
-    def _p2p(self, work: dist.Work, record) -> dist.Work:
-        tracer = self.tracer
-        return TrackedWork(work, lambda: tracer.complete(record))
-
-    def _planned(self, kind: str, record, *args):
+        record = self.tracer.issue(kind, "" if tensor is None else _dtype(tensor), nbytes, self.ranks,
+                                   self.group_label)
+        if root is not None:
+            record.root = root
         runtime = self.runtime
-        return None if runtime is None else runtime.submit(kind, record, *args)
+        if planned is not None and runtime is not None:
+            work = runtime.submit(kind, record, *planned)
+            if work is not None:
+                return work
+        tracer = self.tracer
+        return on_complete(run(self._inner_for(tensor)), lambda: tracer.complete(record))
 
     # ---------------------------------------------------------- all-reduce
     def allreduce(self, tensors, opts=None):
@@ -144,17 +152,13 @@ class EnforcerGroup(ProcessGroup):
             tensors = [tensors]
         if not isinstance(opts, dist.AllreduceOptions):
             opts = _allreduce_options(opts)
-        record = self._issue("all_reduce", tensors[0], _bytes(tensors))
-        work = self._planned("all_reduce", record, tensors, opts)
-        if work is not None:
-            return work
-        return self._collective(self._inner_for(tensors[0]).allreduce(tensors, opts), record)
+        return self._op("all_reduce", tensors[0], _bytes(tensors), lambda b: b.allreduce(tensors, opts),
+                        planned=(tensors, opts))
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()
-        record = self._issue("all_reduce_coalesced", tensors[0] if tensors else None, _bytes(tensors))
-        return self._collective(self._inner_for(tensors[0] if tensors else None).allreduce_coalesced(tensors, opts),
-                                record)
+        return self._op("all_reduce_coalesced", _first(tensors), _bytes(tensors),
+                        lambda b: b.allreduce_coalesced(tensors, opts))
 
     # ------------------------------------------------------- rooted ops
     def broadcast(self, tensors, opts=None):
@@ -163,119 +167,96 @@ class EnforcerGroup(ProcessGroup):
         if opts is None or isinstance(opts, int):
             root, opts = opts or 0, dist.BroadcastOptions()
             opts.rootRank = root
-        record = self._issue("broadcast", tensors[0], _bytes(tensors))
-        record.root = opts.rootRank
-        work = self._planned("broadcast", record, tensors, opts)
-        if work is not None:
-            return work
-        return self._collective(self._inner_for(tensors[0]).broadcast(tensors, opts), record)
+        return self._op("broadcast", tensors[0], _bytes(tensors), lambda b: b.broadcast(tensors, opts),
+                        planned=(tensors, opts), root=opts.rootRank)
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
-        record = self._issue("reduce", tensors[0], _bytes(tensors))
-        return self._collective(self._inner_for(tensors[0]).reduce(tensors, opts), record)
+        return self._op("reduce", tensors[0], _bytes(tensors), lambda b: b.reduce(tensors, opts))
 
     def gather(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.GatherOptions()
-        record = self._issue("gather", input_tensors[0], _bytes(input_tensors) * self.size())
-        return self._collective(self._inner_for(input_tensors[0]).gather(output_tensors, input_tensors, opts),
-                                record)
+        return self._op("gather", input_tensors[0], _bytes(input_tensors) * self.size(),
+                        lambda b: b.gather(output_tensors, input_tensors, opts))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.ScatterOptions()
-        record = self._issue("scatter", output_tensors[0], _bytes(output_tensors) * self.size())
-        return self._collective(self._inner_for(output_tensors[0]).scatter(output_tensors, input_tensors, opts),
-                                record)
+        return self._op("scatter", output_tensors[0], _bytes(output_tensors) * self.size(),
+                        lambda b: b.scatter(output_tensors, input_tensors, opts))
 
     # ------------------------------------------------------------ gathers
     def allgather(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.AllgatherOptions()
-        record = self._issue("all_gather", input_tensors[0], _nested_bytes(output_tensors))
-        return self._collective(self._inner_for(input_tensors[0]).allgather(output_tensors, input_tensors, opts),
-                                record)
+        return self._op("all_gather", input_tensors[0], _nested_bytes(output_tensors),
+                        lambda b: b.allgather(output_tensors, input_tensors, opts))
 
     def all_gather_single(self, output, input, opts=None):
         opts = opts or dist.AllgatherOptions()
-        record = self._issue("all_gather_into_tensor", input, _bytes([output]))
-        work = self._planned("all_gather_into_tensor", record, output, input, opts)
-        if work is not None:
-            return work
-        return self._collective(self._inner_for(input)._allgather_base(output, input, opts), record)
+        return self._op("all_gather_into_tensor", input, _bytes([output]),
+                        lambda b: b._allgather_base(output, input, opts), planned=(output, input, opts))
 
     _allgather_base = all_gather_single
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         opts = opts or dist.AllgatherOptions()
-        record = self._issue("all_gather_coalesced", input_tensors[0] if input_tensors else None,
-                             _nested_bytes(output_lists))
-        backend = self._inner_for(input_tensors[0] if input_tensors else None)
-        return self._collective(backend.allgather_coalesced(output_lists, input_tensors, opts), record)
+        return self._op("all_gather_coalesced", _first(input_tensors), _nested_bytes(output_lists),
+                        lambda b: b.allgather_coalesced(output_lists, input_tensors, opts))
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         opts = opts or dist.AllgatherOptions()
-        record = self._issue("all_gather_into_tensor_coalesced", inputs[0] if inputs else None, _bytes(outputs))
-        backend = self._inner_for(inputs[0] if inputs else None)
         # The inner Backend's coalesced entry point is not exposed to Python:
         # one op per pair, in order, completing together.
-        works = [backend._allgather_base(out, inp, opts) for out, inp in zip(outputs, inputs)]
-        return self._collective(all_of(works, outputs), record)
+        return self._op("all_gather_into_tensor_coalesced", _first(inputs), _bytes(outputs),
+                        lambda b: all_of([b._allgather_base(out, inp, opts) for out, inp in zip(outputs, inputs)],
+                                         outputs))
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
     # ----------------------------------------------------- reduce-scatters
     def reduce_scatter(self, output_tensors, input_lists, opts=None):
         opts = opts or dist.ReduceScatterOptions()
-        record = self._issue("reduce_scatter", output_tensors[0], _nested_bytes(input_lists))
-        return self._collective(self._inner_for(output_tensors[0]).reduce_scatter(output_tensors, input_lists, opts),
-                                record)
+        return self._op("reduce_scatter", output_tensors[0], _nested_bytes(input_lists),
+                        lambda b: b.reduce_scatter(output_tensors, input_lists, opts))
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = opts or dist.ReduceScatterOptions()
-        record = self._issue("reduce_scatter_tensor", input, _bytes([input]))
-        work = self._planned("reduce_scatter_tensor", record, output, input, opts)
-        if work is not None:
-            return work
-        return self._collective(self._inner_for(input)._reduce_scatter_base(output, input, opts), record)
+        return self._op("reduce_scatter_tensor", input, _bytes([input]),
+                        lambda b: b._reduce_scatter_base(output, input, opts), planned=(output, input, opts))
 
     _reduce_scatter_base = reduce_scatter_single
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         opts = opts or dist.ReduceScatterOptions()
-        record = self._issue("reduce_scatter_tensor_coalesced", inputs[0] if inputs else None, _bytes(inputs))
-        backend = self._inner_for(inputs[0] if inputs else None)
-        works = [backend._reduce_scatter_base(out, inp, opts) for out, inp in zip(outputs, inputs)]
-        return self._collective(all_of(works, outputs), record)
+        return self._op("reduce_scatter_tensor_coalesced", _first(inputs), _bytes(inputs),
+                        lambda b: all_of([b._reduce_scatter_base(out, inp, opts)
+                                          for out, inp in zip(outputs, inputs)], outputs))
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
     # ---------------------------------------------------------- all-to-all
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts or dist.AllToAllOptions()
-        record = self._issue("all_to_all_single", input, _bytes([input]))
-        if not output_split_sizes and not input_split_sizes:
-            work = self._planned("all_to_all_single", record, output, input, opts)
-            if work is not None:
-                return work
-        backend = self._inner_for(input)
-        return self._collective(backend.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts),
-                                record)
+        even = not output_split_sizes and not input_split_sizes      # only even splits are planned
+        return self._op("all_to_all_single", input, _bytes([input]),
+                        lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts),
+                        planned=(output, input, opts) if even else None)
 
     alltoall_base = all_to_all_single
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         opts = opts or dist.AllToAllOptions()
-        record = self._issue("all_to_all", input_tensors[0] if input_tensors else None, _bytes(input_tensors))
-        backend = self._inner_for(input_tensors[0] if input_tensors else None)
-        return self._collective(backend.alltoall(output_tensors, input_tensors, opts), record)
+        return self._op("all_to_all", _first(input_tensors), _bytes(input_tensors),
+                        lambda b: b.alltoall(output_tensors, input_tensors, opts))
 
     # ------------------------------------------------------------ barriers
     def barrier(self, opts=None):
         opts = opts or dist.BarrierOptions()
-        record = self._issue("barrier", None, 0)
-        return self._collective(self._inner_for(None).barrier(opts), record)
+        return self._op("barrier", None, 0, lambda b: b.barrier(opts))
 
     def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False):
-        record = self._issue("monitored_barrier", None, 0)
+        # Synchronous, no Work: recorded and completed here rather than through _op.
+        state.entered()
+        record = self.tracer.issue("monitored_barrier", "", 0, self.ranks, self.group_label)
         backend = self._inner_for(None)
         if timeout is None:
             backend.monitored_barrier(wait_all_ranks=wait_all_ranks)
@@ -285,16 +266,13 @@ class EnforcerGroup(ProcessGroup):
 
     # ------------------------------------------------------- point-to-point
     def send(self, tensors, dst_rank, tag=0):
-        record = self._issue("send", tensors[0], _bytes(tensors))
-        return self._p2p(self._inner_for(tensors[0]).send(tensors, dst_rank, tag), record)
+        return self._op("send", tensors[0], _bytes(tensors), lambda b: b.send(tensors, dst_rank, tag))
 
     def recv(self, tensors, src_rank, tag=0):
-        record = self._issue("recv", tensors[0], _bytes(tensors))
-        return self._p2p(self._inner_for(tensors[0]).recv(tensors, src_rank, tag), record)
+        return self._op("recv", tensors[0], _bytes(tensors), lambda b: b.recv(tensors, src_rank, tag))
 
     def recv_anysource(self, tensors, tag=0):
-        record = self._issue("recv", tensors[0], _bytes(tensors))
-        return self._p2p(self._inner_for(tensors[0]).recv_anysource(tensors, tag), record)
+        return self._op("recv", tensors[0], _bytes(tensors), lambda b: b.recv_anysource(tensors, tag))
 
     # ------------------------------------------------------------ lifecycle
     def replace_runtime(self, runtime=None, abort: bool = False) -> None:

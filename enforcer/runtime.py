@@ -1,11 +1,12 @@
 """Enforcing a plan: ordered dispatch of motifs over channels (Syndicate §5, Pseudocode 2).
 
-:func:`install` checks a :class:`~optimizer_service.plan_file.Plan` against the group and
-builds, collectively and before any op uses them, one bare inner backend per
-(channel, member set) the plan's motifs need — only members take part, in one
-sorted order on every rank, each channel's backends bound to its network
-interface. A plan that does not fit the job raises :class:`PlanError` and the
-group stays as it was.
+:func:`install` checks a :class:`~optimizer_service.plan.Plan` against the group,
+builds a :class:`PlanRuntime` and starts it. Building makes, collectively and
+before any op uses them, one bare inner backend per (channel, member set) the
+plan's motifs need — only members take part, in one sorted order on every
+rank, each channel's backends bound to its network interface. A plan that does
+not fit the job raises :class:`PlanError` and the group stays as it was.
+:meth:`PlanRuntime.start` then starts its threads (none run before).
 
 Then each op the plan names (its key: sequence number in the iteration within
 the group, kind, buffer bytes, group) is *submitted* instead of being passed
@@ -13,12 +14,14 @@ through; ops the plan does not name still pass through. Submission only
 records the op and returns a Work that completes with the op's last motif.
 
 **Dispatcher** (one thread per group; Pseudocode 2). It walks the iteration's
-motifs in the plan's order numbers. For the next motif it waits until its op
-has been submitted and measures that wait (the optimizer's replanning signal,
-in the trace as ``waits``). It then hands the motif to its channel's worker.
-Motifs with the same order number are handed over together and run at once
-when their channels differ. Every rank hands over the same motifs in the same
-order, which is what keeps collectives matched.
+motifs in the plan's order numbers across the group's ops, waits for each
+motif's op to be submitted (measuring the wait: the optimizer's replanning
+signal, in the trace as ``waits``), and hands the motif to its channel's
+worker. Motifs with the same order number are handed over together and run at
+once when their channels differ. Every rank hands over the same motifs in the
+same order, which is what keeps collectives matched. *What* to do next is
+decided by the pure :func:`enforcer.dispatch.next_step`; the thread only
+blocks, reads the clock and carries the decision out.
 
 **Channel workers** (one thread per channel) run their motifs one after the
 other; a motif first waits for the motifs its data depends on (the earlier
@@ -31,20 +34,16 @@ If the program waits for op A before it submits op B that the plan puts
 first, the dispatcher would wait for B forever. Our reading: when the
 dispatcher is blocked on an op not yet submitted and the program is blocked
 in ``wait()`` on an op whose motifs are still undispatched, that op's motifs
-are dispatched next (in their order). The decision depends only on the
-program's own order of submissions and waits, so every rank takes it alike.
+are dispatched next (in their order; :mod:`enforcer.dispatch`). The decision
+depends only on the program's own order of submissions and waits, so every
+rank takes it alike.
 
 **Iterations.** ``enforcer.step()`` ends an iteration: motifs of planned ops
 that never came are skipped (logged once) and the sequence numbers restart.
 Without ``step()`` an iteration ends after the plan's last op of the group.
 
-Motifs run on the op's *buffer* (:mod:`optimizer_service.plan_file`): all_reduce and
-broadcast work in place on the tensor; all_gather_into_tensor copies the
-input into its block of the output first; reduce_scatter_tensor reduces a copy
-of the input and copies its own block out at the end; all_to_all_single reads
-the input's and writes the output's ``(N, D)`` blocks. ``SUM`` reductions are
-planned, and ``AVG`` on floating point as the sum divided by the group size at
-the end (what FSDP2 asks for); anything else passes through.
+Motifs run on the op's *buffer*: how each planned op kind's tensors are seen
+as that buffer, and how results are written back, is in :mod:`enforcer.buffers`.
 """
 
 from __future__ import annotations
@@ -59,17 +58,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from enforcer import inner, p2p
-from optimizer_service.plan.op_plan import OpPlan, PLAN_KIND
-from optimizer_service.plan.plan import Plan
-from optimizer_service.plan import PlanError
-from optimizer_service.plan.collective import Collective
-from optimizer_service.plan.motif import Motif
+from enforcer import dispatch, inner, p2p
+from enforcer.buffers import BUFFERS, OpBuffer
+from optimizer_service.plan import PLAN_KIND, Collective, Motif, OpPlan, Plan, PlanError
+from optimizer_service.plan.trace import OpRecord
 
 log = logging.getLogger("enforcer")
 
 
-def load(plan) -> Plan:
+def load(plan: Plan | str | Path) -> Plan:
+    """``plan`` itself, or the plan parsed from JSON text or from the file it names."""
     if isinstance(plan, Plan):
         return plan
     text = str(plan)
@@ -82,10 +80,12 @@ def load(plan) -> Plan:
     return Plan.parse(text)
 
 
-def install(group, plan) -> None:
+def install(group, plan: Plan | str | Path) -> None:
+    """Enforce ``plan`` on ``group`` from its next op on (collective); PlanError if it does not fit."""
     plan = load(plan)
     plan.check_world(group.size() if group.is_default else dist.get_world_size())
     runtime = PlanRuntime(group, plan)
+    runtime.start()
     group.replace_runtime(runtime)
     log.info("p2enforcer: plan version %d installed on group %s (%d ops, channels %s)", plan.version,
              list(group.ranks), len(runtime.ops), sorted(runtime.comms_by_channel))
@@ -93,23 +93,21 @@ def install(group, plan) -> None:
 
 @dataclass
 class _Iteration:
-    """The planned ops the program submitted in one iteration, by plan op index."""
+    """The planned ops the program submitted in one iteration, by plan op index
+    (a :class:`enforcer.dispatch.Iteration`)."""
 
-    ops: dict = field(default_factory=dict)
+    ops: dict[int, _Submitted] = field(default_factory=dict)
     closed: bool = False
 
 
 @dataclass
 class _Submitted:
-    """One planned op of this iteration, as submitted."""
+    """One planned op of this iteration, as submitted (a :class:`enforcer.dispatch.Submitted`)."""
 
     op_index: int
     op: OpPlan
-    buffer: torch.Tensor                     # flat, or (N, D) input blocks for all-to-all
-    output: torch.Tensor | None              # all-to-all output blocks
-    finish: object                           # callable run after the last motif
-    result: list[torch.Tensor]
-    record: object
+    io: OpBuffer                             # its tensors as the motifs' buffer
+    record: OpRecord
     future: torch.futures.Future = field(default_factory=torch.futures.Future)
     done: list[threading.Event] = field(init=False)
     remaining: int = field(init=False)
@@ -119,11 +117,6 @@ class _Submitted:
     def __post_init__(self) -> None:
         self.done = [threading.Event() for _ in self.op.motifs]
         self.remaining = len(self.op.motifs)
-
-
-def _average(op, tensor: torch.Tensor) -> bool:
-    """AVG on floating point: planned as the sum, divided by the group size at the end."""
-    return op == dist.ReduceOp.AVG and tensor.is_floating_point()
 
 
 class PlannedWork(dist.Work):
@@ -156,6 +149,12 @@ class PlannedWork(dist.Work):
 
 
 class PlanRuntime:
+    """One group's installed plan: submission of its ops, the dispatcher and the channel workers.
+
+    Building it makes the channel backends (collective); :meth:`start` starts
+    the threads; :meth:`close` stops them and releases the backends.
+    """
+
     def __init__(self, group, plan: Plan) -> None:
         self.group = group
         self.plan = plan
@@ -164,7 +163,7 @@ class PlanRuntime:
         self.ops: list[OpPlan] = [op for op in plan.ops if tuple(op.key.group) == mine]
         self.index = {(op.key.seq, op.key.kind): i for i, op in enumerate(self.ops)}
         self.last_seq = max((op.key.seq for op in self.ops), default=-1)
-        self.slots = sorted((order, i, m) for i, op in enumerate(self.ops) for m, order in enumerate(op.order))
+        self.schedule = dispatch.Schedule.of([op.order for op in self.ops])
         self.dependencies = [op.dependencies() for op in self.ops]     # plan checks they come first
         self._validated: dict[tuple[int, int], bool] = {}
         group.installs += 1
@@ -175,12 +174,18 @@ class PlanRuntime:
         self._stepped = False
         self._stop = False
         self._warned_missing: set[int] = set()
-        self._queues = {c: deque() for c in self.comms_by_channel}
+        self._queues: dict[int, deque[tuple[_Submitted, int]]] = {c: deque() for c in self.comms_by_channel}
         self._queue_cond = threading.Condition()
-        self._workers = [threading.Thread(target=self._work, args=(c,), name=f"p2enforcer-ch{c}", daemon=True)
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        """Start the dispatcher and one worker per channel (once)."""
+        if self._threads:
+            return
+        self._threads = [threading.Thread(target=self._work, args=(c,), name=f"p2enforcer-ch{c}", daemon=True)
                          for c in self._queues]
-        self._dispatcher = threading.Thread(target=self._dispatch, name="p2enforcer-dispatch", daemon=True)
-        for thread in (*self._workers, self._dispatcher):
+        self._threads.append(threading.Thread(target=self._dispatch, name="p2enforcer-dispatch", daemon=True))
+        for thread in self._threads:
             thread.start()
 
     # ------------------------------------------------------------ preparation
@@ -218,7 +223,7 @@ class PlanRuntime:
         return self.group.inner_names.get("cpu", next(iter(self.group.inner_names.values())))
 
     # -------------------------------------------------------------- submit
-    def submit(self, kind: str, record, *args) -> dist.Work | None:
+    def submit(self, kind: str, record: OpRecord, *args) -> dist.Work | None:
         """Take over an op the plan names; ``None`` means: pass it through."""
         with self._cond:
             seq = self._seq
@@ -228,8 +233,9 @@ class PlanRuntime:
             if last:            # no step(): the iteration ends after the plan's last op
                 self._iterations.append(_Iteration())
                 self._seq = 0
-        op_index = self.index.get((seq, PLAN_KIND.get(kind, kind)))
-        submitted = None if op_index is None else self._prepare(op_index, self.ops[op_index], kind, record, args)
+        plan_kind = PLAN_KIND.get(kind)
+        op_index = None if plan_kind is None else self.index.get((seq, plan_kind))
+        submitted = None if op_index is None else self._prepare(op_index, self.ops[op_index], record, args)
         with self._cond:
             if submitted is not None:
                 record.enforced = True
@@ -238,56 +244,13 @@ class PlanRuntime:
             self._cond.notify_all()
         return None if submitted is None else PlannedWork(self, submitted)
 
-    def _prepare(self, op_index: int, op: OpPlan, kind: str, record, args) -> _Submitted | None:
-        size = self.group.size()
-        if kind in ("all_reduce", "broadcast"):
-            tensors, opts = args
-            if len(tensors) != 1 or not tensors[0].is_contiguous() or tensors[0].device.type != "cpu":
-                return None
-            tensor = tensors[0]
-            average = kind == "all_reduce" and _average(opts.reduceOp, tensor)
-            if kind == "all_reduce" and opts.reduceOp != dist.ReduceOp.SUM and not average:
-                return None
-            if kind == "broadcast" and opts.rootRank != op.key.root:
-                return None
-            if not self._fits(op_index, op, tensor.numel(), tensor.numel() * tensor.element_size()):
-                return None
-            finish = (lambda tensor=tensor: tensor.div_(size)) if average else None
-            return _Submitted(op_index, op, tensor.view(-1), None, finish, [tensor], record)
-        if kind == "all_gather_into_tensor":
-            output, input, _opts = args
-            if not (output.is_contiguous() and input.is_contiguous()) or output.numel() != size * input.numel():
-                return None
-            if not self._fits(op_index, op, input.numel(), output.numel() * output.element_size()):
-                return None
-            flat = output.view(-1)
-            n = input.numel()
-            flat[self.me * n:(self.me + 1) * n].copy_(input.view(-1))
-            return _Submitted(op_index, op, flat, None, None, [output], record)
-        if kind == "reduce_scatter_tensor":
-            output, input, opts = args
-            average = _average(opts.reduceOp, input)
-            if (opts.reduceOp != dist.ReduceOp.SUM and not average) or input.numel() != size * output.numel() \
-                    or not output.is_contiguous():
-                return None
-            if not self._fits(op_index, op, output.numel(), input.numel() * input.element_size()):
-                return None
-            buffer = input.reshape(-1).clone()
-            n = output.numel()
-
-            def finish(buffer=buffer, output=output, n=n, average=average):
-                output.view(-1).copy_(buffer[self.me * n:(self.me + 1) * n])
-                if average:
-                    output.div_(size)
-            return _Submitted(op_index, op, buffer, None, finish, [output], record)
-        if kind == "all_to_all_single":
-            output, input, _opts = args
-            if input.numel() % size or output.numel() != input.numel() or not output.is_contiguous():
-                return None
-            if not self._fits(op_index, op, input.numel(), input.numel() * input.element_size()):
-                return None
-            return _Submitted(op_index, op, input.reshape(size, -1), output.view(size, -1), None, [output], record)
-        return None
+    def _prepare(self, op_index: int, op: OpPlan, record: OpRecord, args: tuple) -> _Submitted | None:
+        """The op's tensors as its buffer (:mod:`enforcer.buffers`), or ``None``: they do not fit the plan."""
+        io = BUFFERS[op.key.kind].adopt(args, op.key, self.group.size(), self.me)
+        if io is None or not self._fits(op_index, op, io.elements, io.nbytes):
+            return None
+        io.begin()
+        return _Submitted(op_index, op, io, record)
 
     def _fits(self, op_index: int, op: OpPlan, elements: int, nbytes: int) -> bool:
         key = (op_index, elements)
@@ -320,6 +283,7 @@ class PlanRuntime:
             self._cond.notify_all()
 
     def close(self, abort: bool = False) -> None:
+        """Stop the threads (not waiting for them on ``abort``) and release the channel backends."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
@@ -327,7 +291,7 @@ class PlanRuntime:
             self._queue_cond.notify_all()
         if abort:
             return
-        for thread in (self._dispatcher, *self._workers):
+        for thread in self._threads:
             thread.join(timeout=5)
         # Release the channel backends now, not at interpreter exit (where gloo's
         # destructors can run after the threads they join are gone).
@@ -338,49 +302,40 @@ class PlanRuntime:
 
     # ----------------------------------------------------------- dispatcher
     def _dispatch(self) -> None:
-        while not self._stop:
-            iteration = self._iterations[0]
-            for order, op_index, motif_index in self.slots:
-                submitted = self._next(iteration, order, op_index)
-                if submitted is None:
-                    if self._stop:
-                        return
-                    self._missing(op_index)
-                elif motif_index not in submitted.dispatched:
-                    self._hand_over(submitted, motif_index)
+        """Walk iterations one after the other until stopped."""
+        while True:
             with self._cond:
-                while not iteration.closed and not self._stop:
-                    self._cond.wait()
+                if self._stop:
+                    return
+                iteration = self._iterations[0]
+            if not self._walk(iteration):
+                return
+            with self._cond:
                 if len(self._iterations) > 1:
                     self._iterations.popleft()
 
-    def _next(self, iteration: _Iteration, order: int, op_index: int) -> _Submitted | None:
-        """Wait for planned op ``op_index`` (measuring the wait); ``None`` if the
-        iteration closed without it. Promotes waited-on ops meanwhile."""
-        started = time.perf_counter()
+    def _walk(self, iteration: _Iteration) -> bool:
+        """Dispatch one iteration as :func:`enforcer.dispatch.next_step` decides; False once stopped."""
+        cursor = dispatch.Cursor()
         while True:
             with self._cond:
-                while not self._stop and op_index not in iteration.ops and not iteration.closed \
-                        and self._waited_undispatched(iteration) is None:
+                while True:
+                    if self._stop:
+                        return False
+                    step = dispatch.next_step(self.schedule, cursor, iteration, time.perf_counter())
+                    cursor = step.cursor
+                    if not step.blocked:
+                        break
                     self._cond.wait()
-                submitted = iteration.ops.get(op_index)
-                promoted = None if submitted is not None or self._stop else self._waited_undispatched(iteration)
-            if promoted is None:
-                break
-            for m in sorted(range(len(promoted.op.motifs)), key=lambda m: promoted.op.order[m]):
-                if m not in promoted.dispatched:
-                    self._hand_over(promoted, m)
-        waited = time.perf_counter() - started
-        if waited > 1e-5:
-            self.group.tracer.wait(order, waited)
-        return submitted
-
-    @staticmethod
-    def _waited_undispatched(iteration: _Iteration) -> _Submitted | None:
-        for submitted in iteration.ops.values():
-            if submitted.waited and len(submitted.dispatched) < len(submitted.op.motifs):
-                return submitted
-        return None
+                hand_over = [(iteration.ops[op_index], motif_index) for op_index, motif_index in step.hand_over]
+            if step.waited is not None:
+                self.group.tracer.wait(*step.waited)
+            if step.missing is not None:
+                self._missing(step.missing)
+            for submitted, motif_index in hand_over:
+                self._hand_over(submitted, motif_index)
+            if step.finished:
+                return True
 
     def _missing(self, op_index: int) -> None:
         if op_index not in self._warned_missing:
@@ -426,10 +381,9 @@ class PlanRuntime:
             submitted.remaining -= 1
             last = submitted.remaining == 0
         if last and not submitted.future.done():
-            if submitted.finish is not None:
-                submitted.finish()
+            submitted.io.finish()
             self.group.tracer.complete(submitted.record)
-            submitted.future.set_result(submitted.result)
+            submitted.future.set_result(submitted.io.result)
 
     def _run(self, submitted: _Submitted, motif: Motif, channel: int) -> None:
         group = submitted.op.key.group
@@ -437,9 +391,9 @@ class PlanRuntime:
         if len(members) == 1 and motif.kind is not Collective.ALL_TO_ALL:
             return
         peers = self.comms_by_channel[channel][tuple(sorted(members))]
-        buffer = submitted.buffer
+        buffer = submitted.io.buffer
         if motif.kind is Collective.ALL_TO_ALL:
-            p2p.all_to_all(buffer, submitted.output, motif.ranges[0], motif.window, members, peers)
+            p2p.all_to_all(buffer, submitted.io.output, motif.ranges[0], motif.window, members, peers)
         elif motif.kind is Collective.REDUCE_SCATTER:
             p2p.reduce_scatter([buffer[a:b] for a, b in motif.ranges], members, peers)
         elif motif.kind is Collective.ALL_GATHER:

@@ -8,12 +8,18 @@ import torch
 import torch.distributed as dist
 
 import enforcer
+from optimizer_service.errors import PlanError
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Motif, comm_op, rewrite
 from optimizer_service.plan.op_plan import OpKey, OpPlan
 from optimizer_service.plan.plan import Plan
-from optimizer_service.errors import PlanError
-from optimizer_service.plan.motif import Motif, comm_op, rewrite
-from optimizer_service.syndicate.transforms import segment, spline_all_to_all, spline_broadcast, spline_ring, spline_tree
-from optimizer_service.plan.collective import Collective
+from optimizer_service.syndicate.transforms import (
+    segment,
+    spline_all_to_all,
+    spline_broadcast,
+    spline_ring,
+    spline_tree,
+)
 
 ALL_REDUCE, ALL_TO_ALL, ALL_GATHER, REDUCE_SCATTER, BROADCAST, SMALL = range(6)
 N_AR, N_A2A, N_AG, N_RS, N_BC, N_SMALL = 4099, 5 * 4, 37, 9, 1001, 3
@@ -116,8 +122,8 @@ def plan_from_environment() -> dict:
 
 def program_under_plan(program_text: str, elements: int) -> bool:
     """A P² program as an all_reduce plan equals plain gloo's all_reduce."""
-    from optimizer_service.syndicate.program_motifs import program_motifs
     from optimizer_service.plan.lowered import LoweredProgram
+    from optimizer_service.syndicate.program_motifs import program_motifs
 
     world, rank = dist.get_world_size(), dist.get_rank()
     op = OpPlan.of(OpKey(0, "all_reduce", elements * 4, tuple(range(world))),

@@ -5,41 +5,12 @@ import pytest
 
 from optimizer_service.p2.lowering import PlacementMap
 from optimizer_service.p2.planner import synthesize_placements
-from optimizer_service.hardware.topology import Topology
 from tests.enforcer import ranks
 from tests.support.multiproc import run_world
-
-
-def cluster(nodes: int, per_node: int) -> Topology:
-    return Topology.from_dict({
-        "name": f"emulated-{nodes}x{per_node}",
-        "levels": [{"name": "node", "cardinality": nodes}, {"name": "device", "cardinality": per_node}],
-        "links": [{"name": "loopback", "level": "device", "bandwidth": "2GB/s", "latency": "20us"},
-                  {"name": "nic", "level": "node", "bandwidth": "200Mbit/s", "latency": "100us",
-                   "shared_by": per_node}]})
-
-
-THREE_LEVELS = Topology.from_yaml("""
-name: rack-node-device
-levels: [{name: rack, cardinality: 2}, {name: node, cardinality: 2}, {name: device, cardinality: 2}]
-links:
-  - {name: loopback, level: device, bandwidth: 2GB/s, latency: 20us}
-  - {name: nic, level: node, bandwidth: 1GB/s, latency: 50us, shared_by: 2}
-  - {name: spine, level: rack, bandwidth: 200MB/s, latency: 100us, shared_by: 4}
-""")
+from tests.support.programs import EMULATED_CONFIGURATIONS as CONFIGURATIONS
 
 # Uneven sizes on purpose: nothing divides by the chunk counts, and 3 < 8 leaves empty parts.
 SIZES = [4099, 3, 0]
-
-CONFIGURATIONS = [
-    (cluster(2, 4), (8,), (0,)),
-    (cluster(2, 4), (2, 4), (1,)),
-    (cluster(2, 4), (2, 4), (0,)),
-    (cluster(4, 2), (8,), (0,)),
-    (cluster(4, 2), (4, 2), (0, 1)),
-    (THREE_LEVELS, (8,), (0,)),
-    (THREE_LEVELS, (2, 4), (1,)),
-]
 
 
 @pytest.mark.multiproc

@@ -29,3 +29,32 @@ CONFIGURATIONS = [
     (THREE_LEVELS, (2, 2, 4), (0, 2)),
     (THREE_LEVELS, (2, 4, 2), (1,)),
 ]
+
+
+# Small emulated clusters (loopback inside a node, a NIC between nodes) the executor runs programs on.
+def emulated_cluster(nodes: int, per_node: int) -> Topology:
+    return Topology.from_dict({
+        "name": f"emulated-{nodes}x{per_node}",
+        "levels": [{"name": "node", "cardinality": nodes}, {"name": "device", "cardinality": per_node}],
+        "links": [{"name": "loopback", "level": "device", "bandwidth": "2GB/s", "latency": "20us"},
+                  {"name": "nic", "level": "node", "bandwidth": "200Mbit/s", "latency": "100us",
+                   "shared_by": per_node}]})
+
+EMULATED_THREE_LEVELS = Topology.from_yaml("""
+name: rack-node-device
+levels: [{name: rack, cardinality: 2}, {name: node, cardinality: 2}, {name: device, cardinality: 2}]
+links:
+  - {name: loopback, level: device, bandwidth: 2GB/s, latency: 20us}
+  - {name: nic, level: node, bandwidth: 1GB/s, latency: 50us, shared_by: 2}
+  - {name: spine, level: rack, bandwidth: 200MB/s, latency: 100us, shared_by: 4}
+""")
+
+EMULATED_CONFIGURATIONS = [
+    (emulated_cluster(2, 4), (8,), (0,)),
+    (emulated_cluster(2, 4), (2, 4), (1,)),
+    (emulated_cluster(2, 4), (2, 4), (0,)),
+    (emulated_cluster(4, 2), (8,), (0,)),
+    (emulated_cluster(4, 2), (4, 2), (0, 1)),
+    (EMULATED_THREE_LEVELS, (8,), (0,)),
+    (EMULATED_THREE_LEVELS, (2, 4), (1,)),
+]

@@ -7,7 +7,7 @@ from optimizer_service.p2.planner import synthesize_placements
 from optimizer_service.plan.lowered import LoweredProgram
 from optimizer_service.plan.op_plan import OpKey, OpPlan
 from optimizer_service.syndicate.program_motifs import program_motifs
-from tests.enforcer.test_executor import CONFIGURATIONS
+from tests.support.programs import EMULATED_CONFIGURATIONS as CONFIGURATIONS
 
 
 @pytest.mark.parametrize("topology,axes,reduce", CONFIGURATIONS,
