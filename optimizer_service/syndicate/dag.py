@@ -129,14 +129,14 @@ def to_tasks(dag: TrainingDAG, plans: Mapping[str, Composition], seconds: Callab
             tasks.append(Task(f"{name}:{motif}", seconds(motif), motif.channel, after))
             return len(tasks) - 1
 
-        ends = lower_plan(plans.get(node.name, node.comm), before, add)
+        ends = lower_composition(plans.get(node.name, node.comm), before, add)
         tails[node.name] = ends or list(before)
         owned[node.name] = list(range(start, len(tasks)))
     return tasks, owned
 
 
-def lower_plan(plan: Composition, before: tuple[int, ...], add: Callable[[tuple[Motif, ...], tuple[int, ...]], int],
-               merge_phases: bool = False) -> list[int]:
+def lower_composition(plan: Composition, before: tuple[int, ...],
+                      add: Callable[[tuple[Motif, ...], tuple[int, ...]], int], merge_phases: bool = False) -> list[int]:
     """Walk ``plan``'s structure after the tasks ``before``: ``Seq`` parts in
     order, ``Par`` parts independently; ``add(motifs, after)`` appends one task
     and returns its index. Returns the tasks that end the plan. With
@@ -147,12 +147,12 @@ def lower_plan(plan: Composition, before: tuple[int, ...], add: Callable[[tuple[
     if isinstance(plan, Seq):
         ends = list(before)
         for part in plan.parts:
-            ends = lower_plan(part, tuple(ends), add, merge_phases)
+            ends = lower_composition(part, tuple(ends), add, merge_phases)
         return ends
     assert isinstance(plan, Par)
     if merge_phases and one_phase(plan):
         return [add(plan.parts, before)]
-    return [t for part in plan.parts for t in lower_plan(part, before, add, merge_phases)]
+    return [t for part in plan.parts for t in lower_composition(part, before, add, merge_phases)]
 
 
 def one_phase(par: Par) -> bool:

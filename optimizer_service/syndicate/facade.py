@@ -20,7 +20,7 @@ from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.baselines import SYSTEMS, SystemResult, run_systems
 from optimizer_service.syndicate.dag import TrainingDAG
 from optimizer_service.syndicate.motif_cost import MotifCostModel
-from optimizer_service.syndicate.plan_export import joint_plan
+from optimizer_service.syndicate.plan_export import export_plan
 from optimizer_service.syndicate.problem import Problem
 from optimizer_service.syndicate.trace_dag import dag_from_traces, trace_iteration_seconds
 
@@ -71,5 +71,5 @@ def plan_job(dag_or_traces: TrainingDAG | Sequence[Mapping], topology: Topology,
         f"(search budget {budget:g} s each, seed {seed})")
     results = run_systems(problem, budget=budget, seed=seed, progress=lambda system: say(f"  {system} ..."),
                           clock=clock)
-    plan = joint_plan(problem, results[-1], version=version)
+    plan = export_plan(problem, results[-1], version=version)
     return JobPlan(problem, tuple(results), plan, measured)

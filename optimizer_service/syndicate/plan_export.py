@@ -38,7 +38,8 @@ def buffer_bytes(op: Motif) -> int:
     return op.elements * (len(op.ranks) if op.kind is Collective.ALL_TO_ALL else 1) * ELEMENT_BYTES
 
 
-def joint_plan(problem: Problem, result: SystemResult, version: int = 1) -> Plan:
+def export_plan(problem: Problem, result: SystemResult, version: int = 1) -> Plan:
+    """``result``'s choice and schedule as the plan the enforcer installs (module docstring)."""
     evaluation = result.evaluation
     last = problem.iterations - 1
     per_iteration = len(problem.dag.nodes)

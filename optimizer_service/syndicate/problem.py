@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.motif import Composition, Motif
 from optimizer_service.syndicate import native_scheduler
-from optimizer_service.syndicate.dag import TrainingDAG, lower_plan
+from optimizer_service.syndicate.dag import TrainingDAG, lower_composition
 from optimizer_service.syndicate.motif_cost import MotifCostModel
 from optimizer_service.syndicate.options import Option, options_for, p2_programs
 from optimizer_service.syndicate.scheduler import COMPUTE, Graph, Policy
@@ -90,7 +90,7 @@ def template_of(plan: Composition, price: Callable[[tuple[Motif, ...]], float]) 
         groups.append(group)
         return len(seconds) - 1
 
-    exits = lower_plan(plan, (), add, merge_phases=True)
+    exits = lower_composition(plan, (), add, merge_phases=True)
     _, end, _ = Graph(channel, after, list(range(len(seconds))), ordered=True).run(seconds)
     return Template(tuple(seconds), tuple(channel), tuple(after), tuple(exits), tuple(groups), max(end, default=0.0))
 

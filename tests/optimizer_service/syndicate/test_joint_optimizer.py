@@ -14,7 +14,7 @@ from optimizer_service.syndicate.baselines import SYSTEMS, run_systems
 from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
 from optimizer_service.syndicate.mcmc import mcmc
 from optimizer_service.syndicate.motif_cost import MotifCostModel
-from optimizer_service.syndicate.plan_export import joint_plan
+from optimizer_service.syndicate.plan_export import export_plan
 from optimizer_service.syndicate.problem import Problem, template_of
 from optimizer_service.syndicate.scheduler import COMPUTE, Policy, Task, schedule
 from optimizer_service.syndicate.transforms import spline_tree
@@ -154,7 +154,7 @@ def test_every_workload_runs_every_system_and_yields_an_installable_plan(name):
         for i, before in enumerate(tasks.graph.successors):
             for s in before:
                 assert tasks.start[s] >= tasks.end[i] - 1e-12
-    plan = joint_plan(problem, results[-1])
+    plan = export_plan(problem, results[-1])
     back = Plan.parse(plan.to_json())
     assert back == plan and back.world_size == 32 and back.topology == "hgx2-4n"
     for op in back.ops:
