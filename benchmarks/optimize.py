@@ -80,12 +80,12 @@ def label(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def systems(topology, cost, names: list[str], budget: float, seed: int) -> tuple[dict, dict]:
+def systems(topology, names: list[str], budget: float, seed: int, native: bool) -> tuple[dict, dict]:
     """Section 1 (each workload planned by the plan_job façade, as p2 optimize does); also returns each workload's (problem, Syndicate result) for section 2."""
     rows, kept = {}, {}
     for name in names:
         print(f"systems: {name} ...", flush=True)
-        job = plan_job(build(name, topology), topology, budget, seed, native=not Settings().pure_python)
+        job = plan_job(build(name, topology), topology, budget, seed, native=native)
         problem = job.problem
         results = {r.name: r for r in job.results}
         bs, fifo, syn = results["BS+"].seconds, results["FIFO"].seconds, results["Syndicate"]
@@ -209,7 +209,7 @@ def bindings(kept: dict, budget: float, seed: int) -> dict:
     return out
 
 
-def bound_overlap(cost, a2a_block: int, ar_sizes: list[int]) -> list[dict]:
+def bound_overlap(cost, a2a_block: int, ar_sizes: list[int], native: bool) -> list[dict]:
     """Section (e), Figure 18 as a microbenchmark: a 32-rank all-to-all (``a2a_block``
     bytes per destination) and an all-reduce issued together, the best plan of each
     binding of :data:`BINDINGS` found exhaustively (one iteration)."""
@@ -218,7 +218,7 @@ def bound_overlap(cost, a2a_block: int, ar_sizes: list[int]) -> list[dict]:
         dag = TrainingDAG("a2a-ar", (compute("c", 1e-6), comm("a2a", Collective.ALL_TO_ALL, range(32), a2a_block // 4, "c"),
                                      comm("ar", Collective.ALL_REDUCE, range(32), nbytes // 4, "c"),
                                      compute("step", 1e-6, "a2a", "ar")))
-        problem = Problem(dag, cost, iterations=1)
+        problem = Problem(dag, cost, iterations=1, native=native)
         alone = [min(t.isolated for o, t in zip(options, templates) if o.channel == "ch0")
                  for options, templates in zip(problem.options, problem.templates)]
         best = {}
@@ -235,7 +235,7 @@ def bound_overlap(cost, a2a_block: int, ar_sizes: list[int]) -> list[dict]:
     return rows
 
 
-def findings(cost, kept: dict, quick: bool, budget: float, seed: int) -> dict:
+def findings(cost, kept: dict, quick: bool, budget: float, seed: int, native: bool) -> dict:
     print("findings ...", flush=True)
     ar = allreduce_families(cost, AR_SIZES[::3] if quick else AR_SIZES)
     a2a = alltoall_splines(cost, A2A_SIZES[::3] if quick else A2A_SIZES)
@@ -246,7 +246,8 @@ def findings(cost, kept: dict, quick: bool, budget: float, seed: int) -> dict:
                 for name, (problem, syn) in kept.items() if name in DLRM}
     return {"all_reduce": ar, "all_to_all": a2a, "dlrm_all_to_all_choices": dlrm_a2a,
             "dlrm_channels": channel_findings(kept), "dlrm_bindings": bindings(kept, budget, seed),
-            "bound_overlap": bound_overlap(cost, OVERLAP_A2A_BLOCK, OVERLAP_AR_SIZES[::2] if quick else OVERLAP_AR_SIZES)}
+            "bound_overlap": bound_overlap(cost, OVERLAP_A2A_BLOCK, OVERLAP_AR_SIZES[::2] if quick else OVERLAP_AR_SIZES,
+                                           native)}
 
 
 def rate(price, problem: Problem, policy: Policy, window: float, seed: int) -> float:
@@ -261,24 +262,24 @@ def rate(price, problem: Problem, policy: Policy, window: float, seed: int) -> f
     return count / (time.perf_counter() - began)
 
 
-def speed(cost, quick: bool, seed: int) -> dict:
+def speed(cost, quick: bool, seed: int, native: bool) -> dict:
     print("speed ...", flush=True)
     window = 0.5 if quick else 2.0
-    problem = Problem(fsdp(32, layers=40), cost)
+    problem = Problem(fsdp(32, layers=40), cost, native=native)
     policies = {}
     for policy in Policy:
-        native = rate(problem.cost_of, problem, policy, window, seed) if problem.compiled is not None else None
+        cpp = rate(problem.cost_of, problem, policy, window, seed) if problem.compiled is not None else None
         python = rate(problem.python_cost_of, problem, policy, window, seed)
-        policies[policy.value] = {"evaluations_per_second": native if native is not None else python,
+        policies[policy.value] = {"evaluations_per_second": cpp if cpp is not None else python,
                                   "python_evaluations_per_second": python,
-                                  "cpp_over_python": native / python if native is not None else None}
+                                  "cpp_over_python": cpp / python if cpp is not None else None}
     small = {"nodes": len(problem.dag.nodes), "comm_ops": len(problem.comm_nodes),
              "tasks_greedy": problem.graph(problem.greedy(), False)[0].size, "compiled": problem.compiled is not None,
              **policies[Policy.CRITICAL_PATH.value], "policies": policies, "window_seconds": window}
 
     layers, budget = (34, 10.0) if quick else (167, 60.0)
     began = time.perf_counter()
-    problem = Problem(fsdp(32, layers=layers), cost)
+    problem = Problem(fsdp(32, layers=layers), cost, native=native)
     built = time.perf_counter() - began
     start = problem.greedy()
     found_at: list[tuple[int, float]] = []
@@ -447,11 +448,13 @@ def main(argv: list[str] | None = None) -> int:
             dataclasses.replace(link, compute_slowdown=args.compute_slowdown) if link.channel == 0 else link
             for link in topology.links))
     cost = MotifCostModel(topology)
-    rows, kept = systems(topology, cost, names, budget, args.seed)
+    native = not Settings().pure_python        # P2_PURE_PYTHON=1: every problem priced in Python
+    rows, kept = systems(topology, names, budget, args.seed, native)
     document = {"benchmark": "optimize", "topology": TOPOLOGY, "budget": budget, "seed": args.seed,
                 "quick": args.quick, "compute_slowdown": topology.compute_slowdowns(),
                 "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
-                "systems": rows, "findings": findings(cost, kept, args.quick, budget, args.seed), "speed": speed(cost, args.quick, args.seed)}
+                "systems": rows, "findings": findings(cost, kept, args.quick, budget, args.seed, native),
+                "speed": speed(cost, args.quick, args.seed, native)}
     document["wall_seconds"] = time.perf_counter() - began
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"optimize-compute-slowdown-{args.compute_slowdown:g}" if args.compute_slowdown else "optimize"
