@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.optimize_render import document, gantt, legend, table
-from optimizer_service.cli.params import replace_file, write_json
+from optimizer_service.cli.params import read_trace, replace_file, write_json
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.settings import Settings
 from optimizer_service.syndicate.facade import plan_job
@@ -61,7 +60,7 @@ def optimize(settings: Settings, workload: str | None, traces: tuple[Path, ...],
     if workload is not None:
         source = build(workload, topology)
     else:
-        source = [_read_trace(path) for path in traces]
+        source = [read_trace(path) for path in traces]
     job = plan_job(source, topology, budget, seed, iteration=iteration, name=traces[0].stem if traces else "trace",
                    native=not settings.pure_python, progress=say)
     problem, results, plan, measured = job.problem, list(job.results), job.plan, job.measured_iteration_seconds
@@ -81,14 +80,3 @@ def optimize(settings: Settings, workload: str | None, traces: tuple[Path, ...],
     if gantt_out is not None:
         gantt(problem, results, gantt_out)
         say(f"gantt chart -> {gantt_out}")
-
-
-def _read_trace(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidInputError(f"trace file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise InvalidInputError(f"trace file {path} cannot be read: {error.__class__.__name__}") from None
-    except json.JSONDecodeError as error:
-        raise InvalidInputError(f"trace file {path} is not JSON: {error.msg} at line {error.lineno}") from None

@@ -75,3 +75,15 @@ def replace_file(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_trace(path: Path) -> dict:
+    """An enforcer trace file as parsed JSON, or one line saying why it cannot be read."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInputError(f"trace file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise InvalidInputError(f"trace file {path} cannot be read: {error.__class__.__name__}") from None
+    except json.JSONDecodeError as error:
+        raise InvalidInputError(f"trace file {path} is not JSON: {error.msg} at line {error.lineno}") from None

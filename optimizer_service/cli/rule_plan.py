@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
-from optimizer_service.cli.params import replace_file
+from optimizer_service.cli.params import read_trace, replace_file
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.syndicate.rule_plan import plan_from_trace
 
@@ -24,12 +23,7 @@ def rule_plan(trace: Path, plan: Path, segments: int, channels: int) -> None:
     (a p2enforcer trace), made by fixed rules instead of a search: all-reduces
     segmented and ring-splined, gathers and reduce-scatters segmented,
     broadcasts split in two halves, all-to-alls splined in windows of N/2."""
-    try:
-        document = json.loads(trace.read_text())
-    except OSError as error:
-        raise InvalidInputError(f"cannot read the trace {trace}: {error.strerror}") from None
-    except ValueError as error:
-        raise InvalidInputError(f"the trace {trace} is not JSON: {error}") from None
+    document = read_trace(trace)
     try:
         made = plan_from_trace(document, segments, channels)
     except KeyError as error:

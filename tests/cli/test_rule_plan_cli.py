@@ -22,7 +22,7 @@ def test_rule_plan_writes_a_plan_for_the_last_complete_iteration(tmp_path):
 def test_rule_plan_bad_input_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "not-a-trace.json").write_text('{"ops": 3}')
     (tmp_path / "short.json").write_text(json.dumps(trace([op("all_reduce", 64, 0.0, 0.1)])))
-    cases = [(["missing.json"], "cannot read the trace"),
+    cases = [(["missing.json"], "trace file missing.json does not exist"),
              ([str(tmp_path / "not-a-trace.json")], "not a p2enforcer trace"),
              ([str(tmp_path / "short.json")], "fewer than two iterations")]
     for args, message in cases:
