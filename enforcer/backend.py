@@ -82,7 +82,7 @@ class EnforcerGroup(ProcessGroup):
         self.timeout = timeout
         self.ranks = ranks                      # global ranks, in group-rank order
         self.group_label = name
-        self.inner_names = inner.configured(state.settings().inner_backend)
+        self.inner_names = inner.parse_inner(state.settings().inner_backend)
         self._inner: dict[str, dist.Backend] = {}
         for device, backend_name in self.inner_names.items():
             backend = inner.create(backend_name, dist.PrefixStore(f"p2inner/{device}/", store), rank, size, timeout)

@@ -65,11 +65,6 @@ def parse_inner(value: str | None) -> dict[str, str]:
     return mapping
 
 
-def configured(value: str | None) -> dict[str, str]:
-    """The device -> inner backend map of the ``P2_INNER_BACKEND`` setting."""
-    return parse_inner(value)
-
-
 def create(name: str, store: dist.Store, rank: int, size: int, timeout: timedelta,
            interface: str | None = None) -> dist.Backend:
     """A fresh inner backend of ``name`` for ``size`` members (this one ``rank``)."""
