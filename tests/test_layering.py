@@ -50,9 +50,8 @@ def imports_of(path: Path, package: str | None = None) -> list[tuple[int, str]]:
                 parent = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = f"{parent}.{base}" if base else parent
             found.append((node.lineno, base))
-            # "from optimizer_service import plan" names a package too
-            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names
-                      if base in ("optimizer_service",) or base.endswith(tuple(ALLOWED))]
+            if base == "optimizer_service":      # "from optimizer_service import plan" names a package
+                found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
     return found
 
 

@@ -4,10 +4,10 @@
 ``optimizer_service.syndicate._schedule_cpp`` (sources and build in ``cpp_ext/``) runs
 the same list scheduler as :meth:`optimizer_service.syndicate.scheduler.Graph.run` with
 the same tie-breaking and the same float operations, so its times are
-bit-identical; the parity tests (``tests/optimizer_service/test_cpp_schedule.py``)
+bit-identical; the parity tests (``tests/optimizer_service/syndicate/test_native_scheduler.py``)
 hold it to that. :class:`CompiledProblem` takes a problem as plain lists (the
 unrolled nodes, their dependencies, each distinct option list's templates:
-:meth:`Problem.compile <optimizer_service.syndicate.problem.Problem>` builds
+``Problem._compile`` (:mod:`optimizer_service.syndicate.problem`) builds
 them) and then prices a choice entirely in C++, 30 to 100 times faster than
 the Python path (by policy) — the MCMC search's whole inner loop.
 
