@@ -29,7 +29,6 @@ round and writes ``OUT``::
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -39,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from enforcer.executor import GroupCache, ProgramExecutor
+from enforcer.settings import EnforcerSettings
 from optimizer_service.plan.lowered import LoweredProgram
 
 ELEMENT = torch.float32
@@ -53,8 +53,7 @@ def _expected(numel: int, group: list[int]) -> torch.Tensor:
 
 
 def _channel_interfaces() -> list[str | None]:
-    names = [name for name in os.environ.get("P2_CHANNEL_IFNAMES", "").split(",") if name]
-    return names or [None]
+    return list(EnforcerSettings.from_env().channel_ifnames) or [None]
 
 
 def measure(spec: dict) -> list[dict]:

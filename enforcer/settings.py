@@ -11,6 +11,8 @@ naming the variable (the backend then keeps its defaults and logs it).
 ``P2_TRACE_LIMIT``     most recent ops kept per rank (default 200000)
 ``P2_PLAN_FILE``       a plan to enforce from the first op on
 ``P2_COUNT_BYPASS``    ``0`` turns off counting ops that bypass the enforcer
+``P2_CHANNEL_IFNAMES`` the node's NICs, one per channel (``nic0,nic1``; set by
+                       the emulated cluster's launcher)
 =====================  =========================================================
 """
 
@@ -32,6 +34,7 @@ class EnforcerSettings:
     trace_limit: int = DEFAULT_TRACE_LIMIT
     plan_file: str | None = None
     count_bypass: bool = True
+    channel_ifnames: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EnforcerSettings:
@@ -47,4 +50,5 @@ class EnforcerSettings:
         if bypass not in ("0", "1"):
             raise InvalidInputError(f"P2_COUNT_BYPASS={bypass!r} must be 0 or 1")
         return cls(inner_backend=env.get("P2_INNER_BACKEND") or None, trace_file=env.get("P2_TRACE_FILE") or None,
-                   trace_limit=limit, plan_file=env.get("P2_PLAN_FILE") or None, count_bypass=bypass == "1")
+                   trace_limit=limit, plan_file=env.get("P2_PLAN_FILE") or None, count_bypass=bypass == "1",
+                   channel_ifnames=tuple(name for name in env.get("P2_CHANNEL_IFNAMES", "").split(",") if name))

@@ -4,6 +4,8 @@ an environment variable ``P2_<FIELD>`` (e.g. ``P2_MAX_PLACEMENTS=50000``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -28,6 +30,10 @@ class Settings(BaseSettings):
     log_level: str = Field("WARNING", description="logging level of the p2 command")
     pure_python: bool = Field(False, description="price plans with the Python scheduler even where the C++ "
                               "twin is built (P2_PURE_PYTHON=1)")
+    cluster_dir: Path | None = Field(None, description="where emulated clusters' state folders live "
+                                     "(default /run/p2-clusters, else ~/.cache/p2/clusters)")
+    master_port: int | None = Field(None, ge=1, le=65535,
+                                    description="rank 0's rendezvous port on emulated clusters (default: a free one)")
 
     def limits(self) -> Limits:
         return Limits(max_devices=self.max_devices, max_placements=self.max_placements,

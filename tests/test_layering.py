@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,23 @@ def test_deploy_imports_nothing_of_the_optimizer():
     for path in modules(ROOT / "deploy"):
         for line, name in imports_of(path):
             assert not under(name, "optimizer_service"), f"{path.relative_to(ROOT)}:{line} imports {name}"
+
+
+P2_READ = re.compile(r"""(os\.environ(\.get)?\s*[\[(]|getenv\s*\()\s*["']P2_""")
+
+
+def test_p2_settings_are_read_only_by_the_settings_objects():
+    """``P2_*`` variables are read in two places: the service's settings (the
+    CLI builds it once) and the enforcer's (read at registration); everything
+    else gets the values passed down."""
+    readers = {ROOT / "optimizer_service" / "settings.py", ROOT / "enforcer" / "settings.py"}
+    found = []
+    for folder in ("optimizer_service", "enforcer", "deploy"):
+        for path in modules(ROOT / folder):
+            if path not in readers and P2_READ.search(path.read_text()):
+                found.append(str(path.relative_to(ROOT)))
+    assert not found, f"read P2_* from the environment outside the settings objects: {found}"
+    assert P2_READ.search('x = os.environ.get("P2_CLUSTER_DIR")') and P2_READ.search("os.getenv('P2_X')")
 
 
 def test_the_checker_sees_a_violation(tmp_path):

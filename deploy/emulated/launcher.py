@@ -253,9 +253,10 @@ class _Supervisor:
 
 def run_ranks(info: ClusterInfo, command: Sequence[str], env: Mapping[str, str] | None = None,
               no_shaping: bool = False, timeout: float | None = None, out: TextIO | None = None,
-              err: TextIO | None = None, grace: float = DEFAULT_GRACE) -> int:
+              err: TextIO | None = None, grace: float = DEFAULT_GRACE, master_port: int | None = None) -> int:
     """Run ``command`` as every rank of ``info`` and supervise them (module
-    docstring). ``env`` adds to (and overrides) each rank's environment. Rank
+    docstring). ``env`` adds to (and overrides) each rank's environment.
+    ``master_port`` is rank 0's rendezvous port (None: a free one). Rank
     output goes to ``out`` (default stdout), launcher notes to ``err``
     (default stderr). Returns 0 if every rank succeeded, else the first
     failure's exit code (124 on timeout)."""
@@ -275,13 +276,10 @@ def run_ranks(info: ClusterInfo, command: Sequence[str], env: Mapping[str, str] 
             raise DeployError(f"cluster {info.name!r} is partial (namespace {missing[0]} is missing); "
                                     f"recreate it with p2 cluster down --name {info.name} and p2 cluster up")
     node_ns = [] if on_host else list(info.node_namespaces)
-    port_text = extra.get("P2_MASTER_PORT") or os.environ.get("P2_MASTER_PORT")
-    if port_text:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise DeployError(f"P2_MASTER_PORT={port_text!r} is not a TCP port number")
-        master_port = int(port_text)
-    else:
+    if master_port is None:
         master_port = probe.free_port(None if on_host else node_ns[0])
+    elif not 0 < master_port < 65536:
+        raise DeployError(f"master port {master_port!r} is not a TCP port number (1-65535)")
 
     base = dict(os.environ)
     base.setdefault("OMP_NUM_THREADS", "1")

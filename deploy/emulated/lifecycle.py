@@ -70,12 +70,12 @@ def cluster_namespaces(name: str) -> list[str]:
     return [ns for ns in netns.list_namespaces() if (parsed := names.parse_namespace(ns)) and parsed[0] == name]
 
 
-def _used_slots() -> set[int]:
+def _used_slots(root: Path | None) -> set[int]:
     """Address blocks in use: recorded in state folders, or (for clusters
     whose state lives elsewhere, e.g. another ``P2_CLUSTER_DIR``) read from
     node 0's ``nic0``."""
     used = set()
-    recorded = state_dirs()
+    recorded = state_dirs(root)
     for folder in recorded.values():
         try:
             info = read_state(folder)
@@ -93,17 +93,18 @@ def _used_slots() -> set[int]:
 
 
 def create_cluster(name: str, nodes: int, per_node: int, nic_rate: float, nic2_rate: float | None = None,
-                   loopback_rate: float | None = None, shaped: bool = True) -> ClusterInfo:
+                   loopback_rate: float | None = None, shaped: bool = True, root: Path | None = None) -> ClusterInfo:
     """Build the cluster and write its state folder; see the module docstring.
 
     ``loopback_rate`` None measures it inside node 0. ``shaped`` False makes
-    a loopback-only record (state and topology, no namespaces, no privileges)."""
+    a loopback-only record (state and topology, no namespaces, no privileges).
+    ``root`` is where state folders live (:mod:`deploy.emulated.state`)."""
     check_request(name, nodes, per_node, nic_rate, nic2_rate, loopback_rate)
     if shaped:
         require_namespace_privileges("building the cluster's namespaces", NO_PRIVILEGES_HINT)
-    root = writable_root()
-    with _locked(root):
-        existing = find_state_dir(name)
+    home = writable_root(root)
+    with _locked(home):
+        existing = find_state_dir(name, root)
         leftovers = cluster_namespaces(name)
         if existing is not None or leftovers:
             what = str(existing) if existing is not None else f"namespaces {', '.join(leftovers)}"
@@ -111,11 +112,11 @@ def create_cluster(name: str, nodes: int, per_node: int, nic_rate: float, nic2_r
                                     f"remove it first with p2 cluster down --name {name}")
         slot = None
         if shaped:
-            free = [s for s in names.SLOTS if s not in _used_slots()]
+            free = [s for s in names.SLOTS if s not in _used_slots(root)]
             if not free:
                 raise DeployError("no free address block: 254 clusters exist; remove some with p2 cluster down")
             slot = free[0]
-        state_dir = root / name
+        state_dir = home / name
         created: list[str] = []
         state_dir.mkdir()
         try:
@@ -141,7 +142,7 @@ def create_cluster(name: str, nodes: int, per_node: int, nic_rate: float, nic2_r
     return info
 
 
-def destroy_cluster(name: str) -> list[str]:
+def destroy_cluster(name: str, root: Path | None = None) -> list[str]:
     """Remove everything of cluster ``name`` that exists; one line per thing
     removed (empty if there was nothing)."""
     names.check_name(name)
@@ -157,13 +158,13 @@ def destroy_cluster(name: str) -> list[str]:
         pids = netns.delete_namespace(namespace)
         extra = f" (killed {len(pids)} process(es): {' '.join(map(str, pids))})" if pids else ""
         removed.append(f"deleted namespace {namespace}{extra}")
-    folder = find_state_dir(name)
+    folder = find_state_dir(name, root)
     while folder is not None:
         remove_state_dir(folder)
         if folder.exists():
             raise DeployError(f"cannot remove state folder {folder}")
         removed.append(f"removed state folder {folder}")
-        folder = find_state_dir(name)
+        folder = find_state_dir(name, root)
     return removed
 
 
@@ -196,9 +197,10 @@ class ClusterStatus:
         return data
 
 
-def cluster_statuses(name: str | None = None) -> list[ClusterStatus]:
-    """Every cluster found in state folders or namespaces (or only ``name``)."""
-    folders = state_dirs()
+def cluster_statuses(name: str | None = None, root: Path | None = None) -> list[ClusterStatus]:
+    """Every cluster found in state folders (under ``root``) or namespaces
+    (or only ``name``)."""
+    folders = state_dirs(root)
     found: dict[str, list[str]] = {}
     for namespace in netns.list_namespaces():
         parsed = names.parse_namespace(namespace)
@@ -212,7 +214,7 @@ def cluster_statuses(name: str | None = None) -> list[ClusterStatus]:
         folder = folders.get(cluster)
         info, problems, missing = None, [], ()
         if folder is None:
-            roots = " or ".join(str(root) for root in candidate_roots())
+            roots = " or ".join(str(where) for where in candidate_roots(root))
             problems.append(f"namespaces without a state folder in {roots}; if no one uses them, "
                             f"remove them with p2 cluster down --name {cluster}")
         else:

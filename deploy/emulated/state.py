@@ -5,7 +5,8 @@ rates, shaping, namespaces, interfaces and addresses) and ``topology.yaml``
 (the P² model of the cluster). ``cluster.json`` is written last, so a folder
 without it is the trace of an ``up`` that did not finish.
 
-The root is ``$P2_CLUSTER_DIR`` when set (read when called, never at import),
+The root is the ``root`` the caller passes (the CLI passes its settings'
+``cluster_dir``, i.e. ``$P2_CLUSTER_DIR``; this package reads no environment),
 else ``/run/p2-clusters`` (tmpfs: a reboot, which also removes the namespaces,
 removes the records too) or, when that is not writable (no root),
 ``~/.cache/p2/clusters``. Lookups search the same places in the same order.
@@ -35,44 +36,42 @@ def user_root() -> Path:
     return Path.home() / ".cache" / "p2" / "clusters"
 
 
-def candidate_roots() -> list[Path]:
-    """Where state folders may live, in lookup order."""
-    explicit = os.environ.get("P2_CLUSTER_DIR")
-    if explicit:
-        return [Path(explicit)]
+def candidate_roots(root: Path | None = None) -> list[Path]:
+    """Where state folders may live, in lookup order: ``root`` alone when
+    given, else the defaults."""
+    if root is not None:
+        return [Path(root)]
     return [SYSTEM_ROOT, user_root()]
 
 
-def writable_root() -> Path:
+def writable_root(root: Path | None = None) -> Path:
     """The root a new cluster's state folder goes to (created if needed)."""
-    explicit = os.environ.get("P2_CLUSTER_DIR")
-    roots = [Path(explicit)] if explicit else [SYSTEM_ROOT, user_root()]
-    for root in roots:
+    for where in candidate_roots(root):
         try:
-            root.mkdir(parents=True, exist_ok=True)
+            where.mkdir(parents=True, exist_ok=True)
         except OSError:
             continue
-        if os.access(root, os.W_OK | os.X_OK):
-            return root
-    if explicit:
-        raise DeployError(f"cannot write cluster state: P2_CLUSTER_DIR={explicit} is not a writable folder")
+        if os.access(where, os.W_OK | os.X_OK):
+            return where
+    if root is not None:
+        raise DeployError(f"cannot write cluster state: P2_CLUSTER_DIR={root} is not a writable folder")
     raise DeployError(f"cannot write cluster state: neither {SYSTEM_ROOT} nor {user_root()} is writable; "
-                            f"set P2_CLUSTER_DIR to a writable folder")
+                      f"set P2_CLUSTER_DIR to a writable folder")
 
 
-def find_state_dir(name: str) -> Path | None:
+def find_state_dir(name: str, root: Path | None = None) -> Path | None:
     """The state folder of cluster ``name``, complete or not, if any."""
-    for root in candidate_roots():
+    for root in candidate_roots(root):
         folder = root / name
         if folder.is_dir():
             return folder
     return None
 
 
-def state_dirs() -> dict[str, Path]:
+def state_dirs(root: Path | None = None) -> dict[str, Path]:
     """Every state folder, by cluster name (the first root wins)."""
     found: dict[str, Path] = {}
-    for root in candidate_roots():
+    for root in candidate_roots(root):
         try:
             entries = sorted(root.iterdir())
         except OSError:
@@ -245,10 +244,11 @@ def read_state(state_dir: Path) -> ClusterInfo:
     return ClusterInfo.from_dict(data, state_dir)
 
 
-def load_cluster(name: str = names.DEFAULT_NAME) -> ClusterInfo:
-    """The cluster called ``name``, or a one-line error saying how to make it."""
+def load_cluster(name: str = names.DEFAULT_NAME, root: Path | None = None) -> ClusterInfo:
+    """The cluster called ``name`` (state under ``root``, see the module
+    docstring), or a one-line error saying how to make it."""
     names.check_name(name)
-    folder = find_state_dir(name)
+    folder = find_state_dir(name, root)
     if folder is None:
         flag = "" if name == names.DEFAULT_NAME else f" --name {name}"
         raise DeployError(f"no cluster named {name}; create it with p2 cluster up{flag} "

@@ -67,7 +67,7 @@ def reduce_bench(settings: Settings, cluster_name: str, axes: tuple[int, ...], r
       p2 cluster up --nodes 2 --per-node 4 --nic 200Mbit/s && p2 calibrate
       p2 bench reduce --axes 2,4 --reduce 1 --bytes 16MiB --top 5 --plot bench.png
     """
-    info = load_cluster(cluster_name)
+    info = load_cluster(cluster_name, settings.cluster_dir)
     topology = load_topology(str(info.topology_path))
     if nbytes < 4:
         raise click.BadParameter("needs at least one float32 (4 bytes)", param_hint="--bytes")
@@ -98,7 +98,8 @@ def reduce_bench(settings: Settings, cluster_name: str, axes: tuple[int, ...], r
                                "single rank, so there is nothing to measure")
     click.echo(f"bench: {len(runs)} distinct candidates over {len(placements)} placements on cluster "
                f"{info.name!r}, {format_bytes(nbytes)} per rank, {warmup}+{repeat} runs each", err=True)
-    measured = measure(info, runs, warmup=warmup, repeat=repeat, no_shaping=no_shaping)
+    measured = measure(info, runs, warmup=warmup, repeat=repeat, no_shaping=no_shaping,
+                       master_port=settings.master_port)
     for entry in placements:
         flat = entry["flat"]
         result = measured[flat.pop("run")]

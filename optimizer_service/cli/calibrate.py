@@ -16,6 +16,7 @@ from optimizer_service.cli.params import ByteSize, replace_file, write_json
 from optimizer_service.hardware.calibration import Probe, fit, probes
 from optimizer_service.hardware.cost_model import CostModel
 from optimizer_service.hardware.topology import Topology
+from optimizer_service.settings import Settings
 from optimizer_service.units import human_rate, human_seconds
 
 CALIBRATION_FILE = "calibration.json"
@@ -33,7 +34,8 @@ CALIBRATION_FILE = "calibration.json"
 @click.option("--no-shaping", is_flag=True, help="Run the ranks on the host's loopback (no namespaces).")
 @click.option("--dry-run", is_flag=True, help="Measure and show the fit, but leave the topology file as it is.")
 @click.option("--json", "json_out", metavar="OUT", help="Write probes, fits and the new links as JSON ('-' for stdout).")
-def calibrate(cluster_name: str, repeat: int, warmup: int, probe_bytes: int | None, no_shaping: bool,
+@click.pass_obj
+def calibrate(settings: Settings, cluster_name: str, repeat: int, warmup: int, probe_bytes: int | None, no_shaping: bool,
               dry_run: bool, json_out: str | None) -> None:
     """Measure each link class of an emulated cluster and write the fitted
     latency and bandwidth into its topology file, so that 'p2 synth' and
@@ -50,7 +52,7 @@ def calibrate(cluster_name: str, repeat: int, warmup: int, probe_bytes: int | No
       p2 cluster up --nodes 2 --per-node 4 --nic 200Mbit/s
       p2 calibrate
     """
-    info = load_cluster(cluster_name)
+    info = load_cluster(cluster_name, settings.cluster_dir)
     topology = load_topology(str(info.topology_path))
     if probe_bytes is not None and probe_bytes < 4 * 64:
         raise click.BadParameter("must be at least 256 bytes", param_hint="--probe-bytes")
@@ -60,7 +62,8 @@ def calibrate(cluster_name: str, repeat: int, warmup: int, probe_bytes: int | No
     runs = [Run(f"probe{i}", p.program, p.groups, p.nbytes, p.channel) for i, p in enumerate(found)]
     click.echo(f"calibrate: {len(runs)} probes on cluster {info.name!r} "
                f"({info.nodes} nodes x {info.per_node} ranks), {warmup}+{repeat} runs each", err=True)
-    measured = measure(info, runs, warmup=warmup, repeat=repeat, no_shaping=no_shaping)
+    measured = measure(info, runs, warmup=warmup, repeat=repeat, no_shaping=no_shaping,
+                       master_port=settings.master_port)
     pairs = [(probe, measured[run.id].median) for probe, run in zip(found, runs)]
     calibrated, fits = fit(topology, pairs)
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -20,6 +20,7 @@ from deploy.emulated.names import check_name
 from deploy.errors import DeployError
 from optimizer_service.cli.params import write_json
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.settings import Settings
 from optimizer_service.units import format_rate, parse_rate
 
 
@@ -72,7 +73,8 @@ def cluster() -> None:
               help="Loopback rate for the model (default: measured inside node 0).")
 @click.option("--no-shaping", is_flag=True, help="No namespaces: record a loopback-only cluster (no root needed).")
 @click.option("--json", "json_out", metavar="OUT", help="Also write the cluster as JSON to OUT ('-' for stdout).")
-def up(nodes: int, per_node: int, nic_rate: float, nic2_rate: float | None, name: str, loopback_rate: float | None,
+@click.pass_obj
+def up(settings: Settings, nodes: int, per_node: int, nic_rate: float, nic2_rate: float | None, name: str, loopback_rate: float | None,
        no_shaping: bool, json_out: str | None) -> None:
     """Create the cluster: namespaces, bridges, shaped veths, and its state
     folder with cluster.json and topology.yaml (the P² model).
@@ -81,7 +83,8 @@ def up(nodes: int, per_node: int, nic_rate: float, nic2_rate: float | None, name
     Example:
       p2 cluster up --nodes 2 --per-node 4 --nic 200Mbit/s --name demo
     """
-    info = create_cluster(name, nodes, per_node, nic_rate, nic2_rate, loopback_rate, shaped=not no_shaping)
+    info = create_cluster(name, nodes, per_node, nic_rate, nic2_rate, loopback_rate, shaped=not no_shaping,
+                          root=settings.cluster_dir)
     if json_out is not None:
         write_json(info.to_dict(), json_out)
     if json_out != "-":
@@ -122,7 +125,8 @@ def describe(info: ClusterInfo) -> str:
 @click.option("--no-shaping", is_flag=True, help="Run every rank on the host (127.0.0.1, lo), unshaped.")
 @click.option("--timeout", type=float, help="Stop every rank after this many seconds (exit code 124).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def run(name: str, no_shaping: bool, timeout: float | None, command: tuple[str, ...]) -> int:
+@click.pass_obj
+def run(settings: Settings, name: str, no_shaping: bool, timeout: float | None, command: tuple[str, ...]) -> int:
     """Run COMMAND as every rank: rank r on node r // per-node, with RANK,
     WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
     GLOO_SOCKET_IFNAME, P2_NODE, P2_CHANNEL_IFNAMES, P2_CHANNEL_ADDRS set.
@@ -135,24 +139,25 @@ def run(name: str, no_shaping: bool, timeout: float | None, command: tuple[str, 
     """
     if not command:
         raise click.UsageError("no command to run; give it after --, e.g. p2 cluster run -- python train.py")
-    info = load_cluster(name)
-    return run_ranks(info, list(command), no_shaping=no_shaping, timeout=timeout)
+    info = load_cluster(name, settings.cluster_dir)
+    return run_ranks(info, list(command), no_shaping=no_shaping, timeout=timeout, master_port=settings.master_port)
 
 
 @cluster.command("down")
 @click.option("--name", help=f"Cluster to remove (default: {DEFAULT_NAME}).")
 @click.option("--all", "remove_all", is_flag=True, help="Remove every cluster found (state folders and namespaces).")
-def down(name: str | None, remove_all: bool) -> None:
+@click.pass_obj
+def down(settings: Settings, name: str | None, remove_all: bool) -> None:
     """Remove a cluster: kill its processes, delete its namespaces (and with
     them its veths and bridges) and its state folder. Also cleans up after a
     crash; removing a cluster that is gone is not an error."""
     if remove_all and name is not None:
         raise click.UsageError("give --name or --all, not both")
-    targets = [status.name for status in cluster_statuses()] if remove_all else [_name(name or DEFAULT_NAME)]
+    targets = [status.name for status in cluster_statuses(root=settings.cluster_dir)] if remove_all else [_name(name or DEFAULT_NAME)]
     if remove_all and not targets:
         click.echo("no clusters to remove")
     for target in targets:
-        removed = destroy_cluster(target)
+        removed = destroy_cluster(target, settings.cluster_dir)
         if removed:
             click.echo(f"cluster {target}:")
             for line in removed:
@@ -164,10 +169,11 @@ def down(name: str | None, remove_all: bool) -> None:
 @cluster.command("status")
 @click.option("--name", help="Only this cluster.")
 @click.option("--json", "json_out", metavar="OUT", help="Also write the clusters as JSON to OUT ('-' for stdout).")
-def status(name: str | None, json_out: str | None) -> None:
+@click.pass_obj
+def status(settings: Settings, name: str | None, json_out: str | None) -> None:
     """List clusters (from state folders and from namespaces that exist) and
     flag anything partial or orphaned."""
-    statuses = cluster_statuses(None if name is None else _name(name))
+    statuses = cluster_statuses(None if name is None else _name(name), settings.cluster_dir)
     if json_out is not None:
         write_json({"clusters": [s.to_dict() for s in statuses]}, json_out)
     if json_out == "-":

@@ -41,14 +41,15 @@ class Measured:
 
 
 def measure(info: ClusterInfo, runs: list[Run], *, warmup: int, repeat: int, no_shaping: bool = False,
-            timeout: float | None = None) -> dict[str, Measured]:
+            timeout: float | None = None, master_port: int | None = None) -> dict[str, Measured]:
     spec = {"warmup": warmup, "repeat": repeat, "runs": [run.to_dict() for run in runs]}
     with tempfile.TemporaryDirectory(prefix="p2-measure-") as folder:
         spec_path, out_path = Path(folder, "spec.json"), Path(folder, "result.json")
         spec_path.write_text(json.dumps(spec))
         Path(folder).chmod(0o755)
         code = run_ranks(info, [sys.executable, "-m", "enforcer.measure", str(spec_path), str(out_path)],
-                         env=_quiet_torch(), no_shaping=no_shaping, timeout=timeout, out=sys.stderr)
+                         env=_quiet_torch(), no_shaping=no_shaping, timeout=timeout, out=sys.stderr,
+                         master_port=master_port)
         if code != 0 or not out_path.exists():
             raise JobFailedError(f"the measurement job on cluster {info.name!r} failed (exit code {code}); "
                                     "the ranks' output above says why")

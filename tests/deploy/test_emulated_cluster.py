@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -43,9 +44,11 @@ def state_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("clusters")
 
 
-def p2(*args: str, state_root: Path, timeout: float = 60, wrap: list[str] | None = None) -> subprocess.CompletedProcess:
+def p2(*args: str, state_root: Path, timeout: float = 60, wrap: list[str] | None = None,
+       extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, P2_CLUSTER_DIR=str(state_root))
     env.pop("P2_MASTER_PORT", None)
+    env.update(extra_env or {})
     argv = [sys.executable, "-m", "optimizer_service.cli", *args]
     return subprocess.run([*(wrap or []), *argv], capture_output=True, text=True, cwd=ROOT, env=env,
                           timeout=timeout)
@@ -366,6 +369,32 @@ def test_no_shaping_cluster_runs_four_ranks_on_loopback_without_privileges(state
     finally:
         down = p2("cluster", "down", "--name", name, state_root=state_root, wrap=wrap)
     assert down.returncode == 0, down.stderr
+    assert not (state_root / name).exists()
+
+
+def test_master_port_setting_reaches_every_rank_and_a_bad_one_is_one_line(state_root):
+    """P2_MASTER_PORT is read once by the p2 command (its settings) and passed
+    to the launcher: every rank gets it as MASTER_PORT."""
+    name = f"{PREFIX}-port"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    try:
+        up = p2("cluster", "up", "--name", name, "--no-shaping", "--nodes", "1", "--per-node", "2", "--nic", NIC,
+                "--loopback", "1Gbit/s", state_root=state_root)
+        assert up.returncode == 0, up.stderr
+        result = p2("cluster", "run", "--name", name, "--", sys.executable, "-c", ENV_SCRIPT,
+                    state_root=state_root, extra_env={"P2_MASTER_PORT": str(port)})
+        assert result.returncode == 0, result.stderr
+        ports = {json.loads(first)["MASTER_PORT"] for first, _ in rank_lines(result.stdout).values()}
+        assert ports == {str(port)}
+        for bad in ("http", "70000", "0"):
+            refused = p2("cluster", "run", "--name", name, "--", "true", state_root=state_root,
+                         extra_env={"P2_MASTER_PORT": bad})
+            assert refused.returncode == 2, refused.stdout + refused.stderr
+            assert len(refused.stderr.splitlines()) == 1 and "P2_MASTER_PORT" in refused.stderr
+    finally:
+        p2("cluster", "down", "--name", name, state_root=state_root)
     assert not (state_root / name).exists()
 
 
