@@ -8,19 +8,24 @@ cd "$(dirname "$0")/.."
 python=${P2_PYTHON:-python3}
 stamp=.venv/.p2-setup
 log=.venv/setup.log
-want=$(cat pyproject.toml scripts/setup.sh setup.py cpp_ext/*.hpp cpp_ext/*.cpp | sha256sum | cut -d' ' -f1)
+want=$(cat pyproject.toml scripts/setup.sh setup.py cpp_ext/*.hpp cpp_ext/*.cpp proto/p2/v1/*.proto | sha256sum | cut -d' ' -f1)
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/p2 ]; then
     exit 0
 fi
 echo "setup: creating .venv/ and installing dependencies (once; log in $log)" >&2
-# The emulated cluster needs iproute2 (ip, tc) and nsenter (util-linux).
-if ! command -v ip >/dev/null || ! command -v tc >/dev/null || ! command -v nsenter >/dev/null; then
+# System packages: the emulated cluster needs iproute2 (ip, tc) and nsenter
+# (util-linux); the service's production store and its tests need redis-server.
+missing=()
+command -v ip >/dev/null && command -v tc >/dev/null || missing+=(iproute2)
+command -v nsenter >/dev/null || missing+=(util-linux)
+command -v redis-server >/dev/null || missing+=(redis-server)
+if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        echo "setup: installing iproute2 and util-linux with apt-get" >&2
-        apt-get update -qq >/dev/null && apt-get install -y -qq iproute2 util-linux >/dev/null
+        echo "setup: installing ${missing[*]} with apt-get" >&2
+        apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-        echo "setup: note: 'ip', 'tc' or 'nsenter' is missing; p2 cluster needs iproute2 and util-linux" >&2
+        echo "setup: note: ${missing[*]} missing (p2 cluster needs iproute2 and util-linux; the Redis store and its tests need redis-server)" >&2
     fi
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
@@ -37,5 +42,7 @@ pip install --upgrade pip
 # instead of downloading gigabytes of CUDA packages.
 pip install torch==2.13.0
 pip install -e '.[dev]'
+# The protobuf and gRPC modules of proto/ (importing p2.v1 also regenerates them when a .proto changed).
+.venv/bin/python -m p2.v1.generate
 echo "$want" > "$stamp"
 echo "setup: done" >&2

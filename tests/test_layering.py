@@ -5,8 +5,11 @@
   and no I/O library, and read no environment.
 * Dependencies point one way: shell → syndicate → p2 → hardware → plan
   (``resharding`` → hardware, plan; ``control`` → plan).
-* The enforcer imports only ``optimizer_service.plan`` and the metrics module.
-* ``deploy`` imports nothing of ``optimizer_service``.
+* The enforcer imports only ``optimizer_service.plan``, the participant's
+  decisions in ``optimizer_service.control``, the metrics module and the
+  generated contract ``p2.v1``.
+* ``deploy`` imports nothing of ``optimizer_service``; ``p2`` (the generated
+  contract and its loader) imports nothing of ours.
 """
 
 from __future__ import annotations
@@ -95,11 +98,18 @@ def test_pure_modules_read_no_environment(package, path):
 
 
 def test_the_enforcer_imports_only_the_plan_contract_and_metrics():
-    allowed = ("optimizer_service.plan", "optimizer_service.metrics")
+    allowed = ("optimizer_service.plan", "optimizer_service.control", "optimizer_service.metrics")
     for path in modules(ROOT / "enforcer"):
         for line, name in imports_of(path):
             if under(name, "optimizer_service") and name != "optimizer_service":
                 assert any(under(name, prefix) for prefix in allowed), f"{path.relative_to(ROOT)}:{line} imports {name}"
+
+
+def test_the_generated_contract_imports_nothing_of_ours():
+    for path in modules(ROOT / "p2"):
+        for line, name in imports_of(path):
+            assert not any(under(name, ours) for ours in ("optimizer_service", "enforcer", "deploy")), \
+                f"{path.relative_to(ROOT)}:{line} imports {name}"
 
 
 def test_deploy_imports_nothing_of_the_optimizer():

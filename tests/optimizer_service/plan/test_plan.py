@@ -21,6 +21,7 @@ from optimizer_service.syndicate.transforms import (
     spline_ring,
     spline_tree,
 )
+from tests.support.plans import op_plans, pieces, sample_plan
 
 RING = "(ReduceScatter(0,1,2,3)[0:2] [2:4] [4:6] [6:8] -> AllGather(0,1,2,3)[0:2] [2:4] [4:6] [6:8])"
 
@@ -36,11 +37,6 @@ def document(*ops, **changes):
            "topology": "emulated-2x4", "predicted_iteration_seconds": 0.12, "ops": list(ops) or [op_entry()]}
     doc.update(changes)
     return json.dumps({k: v for k, v in doc.items() if v is not ...})
-
-
-def pieces(d):
-    """Segments of at most ``d`` elements (per part), ``d`` at least 1."""
-    return lambda m: segment(m, max(1, d))
 
 
 # ---------------------------------------------------------------- round trip
@@ -62,18 +58,6 @@ def test_optional_fields_have_defaults():
     assert plan.topology is None and plan.predicted_iteration_seconds is None
 
 
-def sample_plan():
-    tree = spline_tree(comm_op(Collective.ALL_REDUCE, range(4), 10), 2)
-    a2a = on_channel(spline_all_to_all(comm_op(Collective.ALL_TO_ALL, range(3), 5), 2), 1)
-    ops = (OpPlan.of(OpKey(0, "all_reduce", 40, (4, 5, 6, 7)), tree),
-           OpPlan.of(OpKey(1, "all_reduce", 40, (4, 5, 6, 7)), rewrite(segment(comm_op(Collective.ALL_REDUCE, range(4), 10), 4),
-                                                                     spline_ring), base=4),
-           OpPlan.of(OpKey(0, "all_to_all", 60, (2, 0, 1)), a2a, base=2),
-           whole_op(OpKey(0, "broadcast", 28, (1, 3), root=1), 7, base=9),
-           whole_op(OpKey(0, "all_gather", 0, (6,)), 0))
-    return Plan(2, 8, {0: None, 1: "eth1"}, ops, topology="emulated-2x4", predicted_iteration_seconds=0.5)
-
-
 def test_json_round_trip():
     plan = sample_plan()
     assert Plan.parse(plan.to_json()) == plan
@@ -86,22 +70,6 @@ def test_json_round_trip():
 def test_an_empty_plan_round_trips():
     plan = Plan(1, 1, {}, ())
     assert Plan.parse(plan.to_json()) == plan
-
-
-@st.composite
-def op_plans(draw, seq):
-    p = draw(st.integers(1, 5))
-    group = tuple(draw(st.permutations(range(8)))[:p])
-    elements = draw(st.integers(0, 10 ** 6))
-    kind = draw(st.sampled_from(["all_reduce", "all_to_all"]))
-    motif = comm_op(Collective.ALL_REDUCE if kind == "all_reduce" else Collective.ALL_TO_ALL, range(p), elements)
-    if kind == "all_reduce":
-        step = draw(st.sampled_from([spline_ring, lambda m: spline_tree(m, 2), pieces(elements // 3)]))
-    else:
-        step = draw(st.sampled_from([lambda m: spline_all_to_all(m, 2), pieces(elements // 3)]))
-    plan = rewrite(motif, step)
-    plan = on_channel(plan, draw(st.integers(0, 2)))
-    return OpPlan.of(OpKey(seq, kind, elements * 4, group), plan, base=draw(st.integers(0, 50)))
 
 
 @settings(max_examples=60, deadline=None)
