@@ -34,6 +34,21 @@ class Settings(BaseSettings):
                                      "(default /run/p2-clusters, else ~/.cache/p2/clusters)")
     master_port: int | None = Field(None, ge=1, le=65535,
                                     description="rank 0's rendezvous port on emulated clusters (default: a free one)")
+    service: str = Field("127.0.0.1:50051", description="the optimizer service's address (HOST:PORT) for "
+                         "'p2 jobs', 'p2 plan' and the enforcers")
+    token: str | None = Field(None, description="bearer token for the service (P2_TOKEN_FILE is preferred: "
+                              "an environment variable is visible to other processes of the user)")
+    token_file: Path | None = Field(None, description="file holding the service's bearer token")
+    store: str | None = Field(None, description="the service's store: sqlite:///PATH (default: "
+                              "STATE_DIR/service.db) or redis://[:password@]host:port/db")
+    state_dir: Path | None = Field(None, description="where the service keeps its SQLite store (default "
+                                   "$XDG_STATE_HOME/p2, else ~/.local/state/p2)")
+
+    def service_token(self, token_file: Path | None = None) -> str | None:
+        """The bearer token: ``token_file`` (a flag), else P2_TOKEN_FILE, else P2_TOKEN."""
+        from optimizer_service.service.auth import read_token
+        path = token_file or self.token_file
+        return read_token(path) if path is not None else self.token
 
     def limits(self) -> Limits:
         return Limits(max_devices=self.max_devices, max_placements=self.max_placements,

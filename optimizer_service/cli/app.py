@@ -22,6 +22,7 @@ from optimizer_service.cli.calibrate import calibrate
 from optimizer_service.cli.cluster import cluster
 from optimizer_service.cli.optimize import optimize
 from optimizer_service.cli.rule_plan import rule_plan
+from optimizer_service.cli.service_verbs import jobs, plan, serve
 from optimizer_service.cli.synth import synth
 from optimizer_service.cli.topology import topology
 from optimizer_service.errors import InvalidInputError, JobFailedError
@@ -46,6 +47,9 @@ cli.add_command(calibrate)
 cli.add_command(cluster)
 cli.add_command(optimize)
 cli.add_command(rule_plan)
+cli.add_command(jobs)
+cli.add_command(plan)
+cli.add_command(serve)
 cli.add_command(synth)
 cli.add_command(topology)
 

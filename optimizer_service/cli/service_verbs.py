@@ -1,0 +1,183 @@
+"""``p2 serve``, ``p2 jobs list|show``, ``p2 plan submit|list|show``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from optimizer_service.cli.params import write_json
+from optimizer_service.cli.service_client import Client, connect, service_options
+from optimizer_service.cli.service_render import job_dict, job_text, jobs_table, plan_dict, plan_text, plans_table
+from optimizer_service.errors import InvalidInputError, JobFailedError
+from optimizer_service.plan import Plan
+from optimizer_service.plan.proto_codec import plan_to_proto
+from optimizer_service.service.server import ServiceConfig
+from optimizer_service.service.server import serve as run_service
+from optimizer_service.service.store.url import default_store_path
+from optimizer_service.settings import Settings
+from p2.v1 import optimizer_pb2 as api
+
+
+# ------------------------------------------------------------------ serve
+@click.command("serve")
+@click.option("--listen", default="127.0.0.1:50051", show_default=True, metavar="HOST:PORT",
+              help="Address to listen on (0.0.0.0:50051 for every interface; port 0 picks a free one).")
+@click.option("--store", "store_url", metavar="URL", help="sqlite:///PATH or redis://[:password@]host:port/db "
+              "(default: P2_STORE, else SQLite in the state folder).")
+@click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Require this bearer token on every call (default: P2_TOKEN_FILE, else P2_TOKEN; none: no token).")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), help="Serve TLS with this certificate (PEM).")
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="Its private key (PEM).")
+@click.option("--tls-ca", type=click.Path(dir_okay=False), help="Require client certificates signed by this CA "
+              "(mutual TLS).")
+@click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the bound port here once the service answers (for scripts with --listen HOST:0).")
+@click.pass_obj
+def serve(settings: Settings, listen: str, store_url: str | None, token_file: Path | None, tls_cert: str | None,
+          tls_key: str | None, tls_ca: str | None, port_file: Path | None) -> None:
+    """Run the optimizer service: jobs register, plans are committed to their
+    ranks with two-phase commit, and every decision is stored. Logs one line
+    per job and plan event; stops cleanly on SIGTERM or Ctrl-C.
+
+    \b
+    Example:
+      p2 serve --listen 0.0.0.0:50051 --store redis://localhost:6379/0 --token-file token
+    """
+    state_dir = settings.state_dir
+    default = state_dir / "service.db" if state_dir else default_store_path(os.environ, Path.home())
+    config = ServiceConfig(listen=listen, store_url=store_url or settings.store, default_store_path=default,
+                           token=settings.service_token(token_file), tls_cert=tls_cert, tls_key=tls_key,
+                           tls_ca=tls_ca)
+    logging.getLogger("p2.service").setLevel(logging.INFO)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
+    service_log = logging.getLogger("p2.service")
+    service_log.addHandler(handler)
+    service_log.propagate = False
+
+    def ready(service) -> None:
+        if port_file is not None:
+            port_file.write_text(f"{service.port}\n")
+        click.echo(f"p2 serve: listening on {listen.rsplit(':', 1)[0]}:{service.port}, store "
+                   f"{service.core.store.url}", err=True)
+
+    asyncio.run(run_service(config, ready))
+
+
+# ------------------------------------------------------------------- jobs
+@click.group("jobs")
+def jobs() -> None:
+    """The jobs the service knows: their ranks, state and committed plan."""
+
+
+def _client(settings: Settings, options: dict) -> Client:
+    return connect(settings, options["service"], options["token_file"], options["tls_ca"], options["tls_cert"],
+                   options["tls_key"], options["timeout"])
+
+
+@jobs.command("list")
+@service_options
+@click.option("--json", "json_out", metavar="OUT", help="Write the jobs as JSON ('-' for stdout).")
+@click.pass_obj
+def jobs_list(settings: Settings, json_out: str | None, **options) -> None:
+    """List the jobs."""
+    client = _client(settings, options)
+    found = [job_dict(job) for job in client.call("ListJobs", api.ListJobsRequest()).jobs]
+    if json_out is not None:
+        write_json({"jobs": found}, json_out)
+    if json_out != "-":
+        click.echo(jobs_table(found))
+
+
+@jobs.command("show")
+@click.argument("job_id")
+@service_options
+@click.option("--json", "json_out", metavar="OUT", help="Write the job as JSON ('-' for stdout).")
+@click.pass_obj
+def jobs_show(settings: Settings, job_id: str, json_out: str | None, **options) -> None:
+    """One job: every rank, its host, backend, plan and iteration."""
+    job = job_dict(_client(settings, options).call("GetJob", api.GetJobRequest(job_id=job_id)))
+    if json_out is not None:
+        write_json(job, json_out)
+    if json_out != "-":
+        click.echo(job_text(job))
+
+
+# ------------------------------------------------------------------- plan
+@click.group("plan")
+def plan() -> None:
+    """Plans of a job: submit one for two-phase commit, list the history, show one."""
+
+
+@plan.command("submit")
+@click.option("--job", "job_id", required=True, help="The job to commit the plan to.")
+@click.argument("plan_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--wait", "wait_seconds", type=click.FloatRange(min=0), default=None,
+              help="Wait up to this many seconds for the commit's decision (exit 1 if it was aborted).")
+@service_options
+@click.option("--json", "json_out", metavar="OUT", help="Write the plan's record as JSON ('-' for stdout).")
+@click.pass_obj
+def plan_submit(settings: Settings, job_id: str, plan_file: Path, wait_seconds: float | None, json_out: str | None,
+                **options) -> None:
+    """Commit PLAN_FILE (a p2enforcer-plan JSON document, e.g. from 'p2 optimize'
+    or 'p2 rule-plan') to every rank of a job. The service gives it the job's
+    next version; every rank switches at the same iteration, or none does."""
+    try:
+        text = plan_file.read_text()
+    except OSError as error:
+        raise InvalidInputError(f"cannot read the plan {plan_file}: {error.strerror}") from None
+    value = Plan.parse(text)
+    client = _client(settings, options)
+    record = client.call("SubmitPlan", api.SubmitPlanRequest(job_id=job_id, plan=plan_to_proto(value)))
+    if wait_seconds is not None:
+        deadline = time.monotonic() + wait_seconds
+        while record.state == api.PREPARING and time.monotonic() < deadline:
+            time.sleep(0.1)
+            record = client.call("GetPlan", api.GetPlanRequest(job_id=job_id, version=record.version))
+    data = plan_dict(record, with_plan=False)
+    if json_out is not None:
+        write_json(data, json_out)
+    if json_out != "-":
+        click.echo(plan_text(data))
+    if wait_seconds is not None and data["state"] != "committed":
+        raise JobFailedError(f"plan {data['version']} of job {job_id} was not committed: {data['state']}"
+                             + (f" ({data['reason']})" if data["reason"] else ""))
+
+
+@plan.command("list")
+@click.option("--job", "job_id", required=True, help="The job.")
+@service_options
+@click.option("--json", "json_out", metavar="OUT", help="Write the plans as JSON ('-' for stdout).")
+@click.pass_obj
+def plan_list(settings: Settings, job_id: str, json_out: str | None, **options) -> None:
+    """A job's plans, oldest first, with each one's two-phase-commit state per rank."""
+    records = _client(settings, options).call("ListPlans", api.ListPlansRequest(job_id=job_id)).plans
+    found = [plan_dict(record, with_plan=False) for record in records]
+    if json_out is not None:
+        write_json({"job_id": job_id, "plans": found}, json_out)
+    if json_out != "-":
+        click.echo(plans_table(found))
+
+
+@plan.command("show")
+@click.option("--job", "job_id", required=True, help="The job.")
+@click.argument("version", type=click.IntRange(min=1))
+@service_options
+@click.option("--json", "json_out", metavar="OUT", help="Write the plan (record and document) as JSON ('-' for stdout).")
+@click.pass_obj
+def plan_show(settings: Settings, job_id: str, version: int, json_out: str | None, **options) -> None:
+    """One plan: its decision, each rank's part in the commit, and the plan itself."""
+    data = plan_dict(_client(settings, options).call("GetPlan", api.GetPlanRequest(job_id=job_id, version=version)))
+    if json_out is not None:
+        write_json(data, json_out)
+    if json_out != "-":
+        click.echo(plan_text(data))
+
+
+

@@ -1,0 +1,124 @@
+"""``p2.v1.Optimizer``: jobs, plans and their two-phase-commit state, job events.
+
+Each method decodes, calls the core and encodes; errors become status codes in
+:mod:`optimizer_service.service.errors_map`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import grpc
+
+from optimizer_service.errors import PlanError
+from optimizer_service.plan import Plan
+from optimizer_service.plan.proto_codec import plan_from_proto, plan_to_proto
+from optimizer_service.service import requests
+from optimizer_service.service.core import ServiceCore
+from optimizer_service.service.errors_map import one_line, status_of
+from optimizer_service.service.jobs import DEGRADED, LIVE, REGISTERING, Job, PlanState
+from p2.v1 import optimizer_pb2 as api
+from p2.v1 import optimizer_pb2_grpc
+
+log = logging.getLogger("p2.service")
+
+_JOB_STATES = {REGISTERING: api.REGISTERING, LIVE: api.LIVE, DEGRADED: api.DEGRADED}
+_PLAN_STATES = {"preparing": api.PREPARING, "committed": api.COMMITTED, "aborted": api.ABORTED}
+
+
+def _errors(method):
+    """Map the core's errors to status codes (unary methods)."""
+    @functools.wraps(method)
+    async def wrapper(self, request, context: grpc.aio.ServicerContext):
+        try:
+            return await method(self, request, context)
+        except Exception as error:
+            code = status_of(error)
+            if code is None:
+                log.error("internal error in %s: %s", method.__name__, one_line(error), exc_info=error)
+                code = grpc.StatusCode.INTERNAL
+            await context.abort(code, one_line(error))
+    return wrapper
+
+
+def job_to_proto(job: Job) -> api.Job:
+    ranks = [api.RankInfo(rank=rank, host=info.host, local_rank=info.local_rank, backend=info.backend,
+                          torch_version=info.torch_version, enforcer_version=info.enforcer_version,
+                          connected=info.connected, running_version=info.running_version, iteration=info.iteration,
+                          last_seen_unix=info.last_seen_unix)
+             for rank, info in sorted(job.ranks.items())]
+    return api.Job(job_id=job.job_id, world_size=job.world_size, state=_JOB_STATES[job.state], ranks=ranks,
+                   committed_version=job.coordinator.committed, epoch=job.coordinator.epoch,
+                   created_unix=job.created_unix, switch_every=job.switch_every)
+
+
+def plan_record(job_id: str, state: PlanState, plan: Plan | None = None) -> api.PlanRecord:
+    record = api.PlanRecord(job_id=job_id, version=state.version, state=_PLAN_STATES[state.state],
+                            reason=state.reason, submitted_unix=state.submitted_unix, decided_unix=state.decided_unix,
+                            switch_iteration=state.switch_iteration, epoch=state.epoch,
+                            ranks=[api.RankPlanState(rank=rank, state=value[0], reason=value[1])
+                                   for rank, value in sorted(state.ranks.items())])
+    if plan is not None:
+        record.plan.CopyFrom(plan_to_proto(plan))
+    return record
+
+
+class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
+    def __init__(self, core: ServiceCore) -> None:
+        self.core = core
+
+    @_errors
+    async def ListJobs(self, request, context):
+        return api.ListJobsResponse(jobs=[job_to_proto(job) for _, job in sorted(self.core.jobs.items())])
+
+    @_errors
+    async def GetJob(self, request, context):
+        return job_to_proto(self.core.job(request.job_id))
+
+    @_errors
+    async def SubmitPlan(self, request, context):
+        requests.job_id(request.job_id)
+        if not request.HasField("plan"):
+            raise requests.RequestError("plan", "missing; send the plan to commit")
+        try:
+            plan = plan_from_proto(_with_version(request.plan))
+        except PlanError as error:
+            raise requests.RequestError("plan", str(error)) from None
+        state, stored = await self.core.submit_plan(request.job_id, plan)
+        return plan_record(request.job_id, state, Plan.parse(stored.plan_json))
+
+    @_errors
+    async def GetPlan(self, request, context):
+        state, stored = await self.core.plan(request.job_id, request.version)
+        return plan_record(request.job_id, state, Plan.parse(stored.plan_json))
+
+    @_errors
+    async def ListPlans(self, request, context):
+        return api.ListPlansResponse(plans=[plan_record(request.job_id, state)
+                                            for state in await self.core.plans(request.job_id)])
+
+    async def Watch(self, request, context):
+        if request.job_id:
+            try:
+                self.core.job(request.job_id)
+            except Exception as error:
+                await context.abort(status_of(error) or grpc.StatusCode.INTERNAL, one_line(error))
+        queue = self.core.events.subscribe()
+        try:
+            while True:
+                event = await queue.get()
+                if request.job_id and event.job_id != request.job_id:
+                    continue
+                yield api.JobEvent(unix=event.unix, job_id=event.job_id, kind=event.kind, version=event.version,
+                                   message=event.message, rank=event.rank or 0, has_rank=event.rank is not None)
+        finally:
+            self.core.events.unsubscribe(queue)
+
+
+def _with_version(message):
+    """The service assigns versions: whatever the submitted plan says (0 too) is replaced."""
+    copy = type(message)()
+    copy.CopyFrom(message)
+    copy.version = 1
+    return copy

@@ -1,0 +1,362 @@
+"""The service's transport-agnostic core: jobs, membership, the coordinator's
+driver, plans and their history. The gRPC servicers (and later the dashboard)
+only decode, call a method here and encode.
+
+**Driver.** Every job has a :class:`~optimizer_service.control.coordinator.Coordinator`
+(pure decisions, :mod:`optimizer_service.control`). An event (a vote, an ack,
+a rank joining or leaving, a tick, a submitted plan) goes through
+``coordinator.step`` under the job's lock, and the actions come out in order:
+``Persist`` is written to the store and awaited — so a decision is durable
+before the ``Send`` that follows it leaves — ``Send`` puts messages in the
+ranks' outboxes, ``Emit`` publishes a job event, ``Refuse`` refuses the submit.
+When a ``Persist`` fails (the store is down) the job keeps its previous state
+and nothing after it is sent.
+
+**Store.** One worker thread does all store I/O (the SQLite connection lives
+on it), so the event loop never blocks on a disk or on Redis.
+
+**Start.** The service takes a new epoch from the store (higher than any
+before) and recovers every stored job from its decision log
+(``coordinator.recover``): a plan prepared without a decision is aborted, a
+decided commit is re-sent to the ranks as they reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from optimizer_service.control import coordinator as control
+from optimizer_service.control.coordinator import (
+    AckIn,
+    Emit,
+    Joined,
+    Left,
+    Persist,
+    Progress,
+    Refuse,
+    Send,
+    Submit,
+    Tick,
+    Timing,
+    VoteIn,
+)
+from optimizer_service.control.messages import Prepare
+from optimizer_service.control.wire import ack_from_proto, to_service_message, vote_from_proto
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.plan import Plan
+from optimizer_service.service import requests
+from optimizer_service.service.events import EventBus
+from optimizer_service.service.jobs import Job, PlanState, RankInfo, RankSession
+from optimizer_service.service.store.base import PlanStore, StoredPlan
+from p2.v1 import enforcer_link_pb2 as link
+
+log = logging.getLogger("p2.service")
+
+
+class NotFoundError(InvalidInputError):
+    """A job or plan the request names does not exist (NOT_FOUND)."""
+
+
+class RefusedError(InvalidInputError):
+    """The request is well formed but cannot be served now (FAILED_PRECONDITION)."""
+
+
+class ServiceCore:
+    def __init__(self, store_factory: Callable[[], PlanStore], *, timing: Timing = Timing(),
+                 tick_seconds: float = 0.2, clock: Callable[[], float] = time.time) -> None:
+        self._store_factory = store_factory
+        self.store: PlanStore | None = None
+        self.timing = timing
+        self.tick_seconds = tick_seconds
+        self.clock = clock
+        self.events = EventBus(clock=clock)
+        self.jobs: dict[str, Job] = {}
+        self.epoch = 0
+        self._io_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="p2-store")
+        self._ticker: asyncio.Task | None = None
+
+    # ------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        self.store = await self._io(self._store_factory)
+        await self._io(self.store.ping)
+        self.epoch = await self._io(self.store.next_epoch)
+        for document in await self._io(self.store.list_jobs):
+            await self._recover(document)
+        log.info("service: epoch %d, store %s, %d job(s) recovered", self.epoch, self.store.url, len(self.jobs))
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
+
+    async def stop(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            try:
+                await self._ticker
+            except asyncio.CancelledError:
+                pass
+        for job in self.jobs.values():
+            for session in job.sessions.values():
+                session.close()
+            await self._flush_telemetry(job)
+            try:
+                await self._save_plan_states(job)
+            except Exception as error:
+                log.warning("job %s: storing the plans' states failed: %s", job.job_id, error)
+        if self.store is not None:
+            await self._io(self.store.close)
+        self._io_pool.shutdown(wait=True)
+
+    async def _io(self, function, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._io_pool, function, *args)
+
+    async def _recover(self, document: dict) -> None:
+        job_id = document["job_id"]
+        log_records = await self._io(self.store.read_log, job_id)
+        versions = sorted({record["version"] for record in log_records if "version" in record})
+        plans: dict[int, Plan] = {}
+        for version in versions:
+            stored = await self._io(self.store.get_plan, job_id, version)
+            if stored is not None:
+                plans[version] = Plan.parse(stored.plan_json)
+        state, actions = control.recover(job_id, document["world_size"], document["switch_every"], log_records,
+                                         plans, self.epoch, self.clock(), self.timing)
+        job = Job(job_id, document["world_size"], document["switch_every"], document["created_unix"], state,
+                  ranks={int(rank): RankInfo.from_dict(info) for rank, info in document.get("ranks", {}).items()},
+                  was_live=document.get("was_live", False))
+        for version in versions:
+            saved = await self._io(self.store.get_plan_state, job_id, version)
+            if saved is not None:
+                job.plans[version] = PlanState.from_dict(saved)
+        self.jobs[job_id] = job
+        async with job.lock:
+            await self._execute(job, actions)
+
+    # ------------------------------------------------------------- the driver
+    async def _step(self, job: Job, event) -> list:
+        """One coordinator step and its actions, in order (call with the job's lock held)."""
+        state, actions = control.step(job.coordinator, event, self.clock())
+        await self._adopt(job, state, actions)
+        return actions
+
+    async def _adopt(self, job: Job, state: control.Coordinator, actions: list) -> None:
+        """Make ``state`` the job's and carry out ``actions``; if one fails (a Persist
+        the store refused), the job keeps its previous state and nothing later is sent."""
+        before, job.coordinator = job.coordinator, state
+        try:
+            await self._execute(job, actions)
+        except Exception:
+            job.coordinator = before
+            raise
+
+    async def _execute(self, job: Job, actions: list) -> None:
+        for action in actions:
+            if isinstance(action, Persist):
+                await self._io(self.store.append_log, job.job_id, action.record)
+                self._observe_record(job, action.record)
+            elif isinstance(action, Send):
+                message = to_service_message(action.message)
+                for rank in action.ranks:
+                    session = job.sessions.get(rank)
+                    if session is not None:
+                        session.send(message)
+                    if isinstance(action.message, Prepare):
+                        self._rank_state(job, action.message.version, rank, "prepare_sent")
+            elif isinstance(action, Emit):
+                self.events.publish(job.job_id, action.kind, action.version, action.message, action.rank)
+            elif isinstance(action, Refuse):
+                pass            # the caller reads it from the returned actions
+
+    def _observe_record(self, job: Job, record: dict) -> None:
+        version = record.get("version")
+        if version is None:
+            return
+        plan = job.plans.setdefault(version, PlanState(version, self.clock()))
+        if record.get("type") == "prepare":
+            plan.switch_iteration = record.get("switch_iteration", 0)
+            plan.epoch = record.get("epoch", 0)
+        elif record.get("type") == "decision":
+            plan.decision = record["decision"]
+            plan.reason = record.get("reason", "")
+            plan.decided_unix = self.clock()
+            plan.epoch = record.get("epoch", plan.epoch)
+        plan.dirty = True
+
+    def _rank_state(self, job: Job, version: int, rank: int, state: str, reason: str = "") -> None:
+        plan = job.plans.setdefault(version, PlanState(version, self.clock()))
+        if plan.ranks.get(rank) != (state, reason):
+            plan.ranks[rank] = (state, reason)
+            plan.dirty = True
+
+    async def _save_plan_states(self, job: Job) -> None:
+        """Write the plans' observed 2PC state (for operators; off the commit's
+        critical path: the tick loop calls it, so votes and acks never wait for it)."""
+        for plan in job.plans.values():
+            if plan.dirty:
+                plan.dirty = False
+                await self._io(self.store.put_plan_state, job.job_id, plan.version, plan.to_dict())
+
+    async def _tick_loop(self) -> None:
+        flushed = self.clock()
+        while True:
+            await asyncio.sleep(self.tick_seconds)
+            for job in list(self.jobs.values()):
+                try:
+                    async with job.lock:
+                        await self._step(job, Tick())
+                    await self._save_plan_states(job)
+                except Exception as error:          # the store is down: try again next tick
+                    log.warning("job %s: tick failed: %s", job.job_id, error)
+            if self.clock() - flushed >= 1.0:
+                flushed = self.clock()
+                for job in list(self.jobs.values()):
+                    await self._flush_telemetry(job)
+
+    # ------------------------------------------------------------ enforcer link
+    async def register(self, message: link.Register) -> RankSession:
+        """A rank's stream opened with ``message``: its session (the Registered
+        answer is the first message in its outbox)."""
+        requests.register(message)
+        job = self.jobs.get(message.job_id)
+        now = self.clock()
+        if job is None:
+            job = Job(message.job_id, message.world_size, message.switch_every, now,
+                      control.Coordinator.new(message.job_id, message.world_size, self.epoch, message.switch_every,
+                                              self.timing))
+            self.jobs[message.job_id] = job
+        elif job.world_size != message.world_size:
+            raise requests.RequestError("register.world_size", f"job {job.job_id} has {job.world_size} ranks, this "
+                                        f"rank says {message.world_size}; give the new run its own id with P2_JOB")
+        elif job.switch_every != message.switch_every:
+            raise requests.RequestError("register.switch_every", f"job {job.job_id} switches every "
+                                        f"{job.switch_every} iterations, this rank says {message.switch_every}; "
+                                        "set P2_SWITCH_EVERY alike on every rank")
+        async with job.lock:
+            old = job.sessions.get(message.rank)
+            if old is not None:             # one stream per rank: the old one is over (PROTOCOL.md)
+                old.close()
+                await self._step(job, Left(message.rank))
+            session = RankSession(job.job_id, message.rank)
+            job.sessions[message.rank] = session
+            job.ranks[message.rank] = RankInfo(message.host, message.local_rank, message.backend,
+                                               message.torch_version, message.enforcer_version, True,
+                                               message.running_version, message.iteration, now)
+            was_live = job.was_live
+            if job.state == "live":
+                job.was_live = True
+            session.send(link.ServiceMessage(registered=link.Registered(
+                job_id=job.job_id, epoch=self.epoch, committed_version=job.coordinator.committed)))
+            self.events.publish(job.job_id, "registered", message.running_version,
+                                f"host {message.host or '?'}, {message.backend or '?'}", message.rank)
+            if job.state == "live":
+                self.events.publish(job.job_id, "live", 0, f"all {job.world_size} ranks connected")
+            await self._step(job, Joined(message.rank, message.running_version, tuple(message.held_versions),
+                                         message.iteration))
+            if was_live != job.was_live or old is None:
+                await self._io(self.store.put_job, job.job_id, job.to_document())
+        return session
+
+    async def on_rank_message(self, session: RankSession, message: link.RankMessage) -> None:
+        job = self.jobs[session.job_id]
+        if job.sessions.get(session.rank) is not session:
+            return          # a stream that a newer one of the same rank replaced: nothing it says counts
+        info = job.ranks[session.rank]
+        info.last_seen_unix = self.clock()
+        body = message.WhichOneof("body")
+        if body == "vote":
+            vote = vote_from_proto(message.vote, session.rank)
+            async with job.lock:
+                if vote.version in job.plans and vote.epoch == self.epoch:
+                    self._rank_state(job, vote.version, session.rank, "voted_yes" if vote.yes else "voted_no",
+                                     requests.reason(vote.reason, "vote.reason"))
+                await self._step(job, VoteIn(vote))
+        elif body == "ack":
+            ack = ack_from_proto(message.ack, session.rank)
+            async with job.lock:
+                if ack.version in job.plans and ack.have_plan:
+                    self._rank_state(job, ack.version, session.rank, "acked_commit" if ack.committed else "acked_abort")
+                await self._step(job, AckIn(ack))
+        elif body == "telemetry":
+            telemetry = message.telemetry
+            requests.telemetry(telemetry, job.world_size)
+            info.iteration = max(info.iteration, telemetry.iteration)
+            info.running_version = telemetry.running_version
+            window = job.telemetry
+            window.messages += 1
+            window.iterations.add(telemetry.iteration)
+            window.duration_sum += telemetry.duration_seconds
+            window.wait_sum += telemetry.wait_seconds
+            window.max_iteration = max(window.max_iteration, telemetry.iteration)
+            if telemetry.iteration > job.coordinator.iteration:
+                async with job.lock:
+                    await self._step(job, Progress(session.rank, telemetry.iteration))
+        elif body == "trace_chunk":
+            pass            # traces are requested by the replanning loop (next issue); unasked chunks are dropped
+        elif body == "register":
+            raise requests.RequestError("register", "a stream registers once, in its first message")
+
+    async def disconnect(self, session: RankSession) -> None:
+        job = self.jobs.get(session.job_id)
+        if job is None or job.sessions.get(session.rank) is not session:
+            return          # replaced by a newer stream of the same rank
+        async with job.lock:
+            del job.sessions[session.rank]
+            job.ranks[session.rank].connected = False
+            session.close()
+            self.events.publish(job.job_id, "lost", 0, "stream closed", session.rank)
+            if job.was_live:
+                self.events.publish(job.job_id, "degraded", 0, f"rank {session.rank} lost")
+            try:
+                await self._step(job, Left(session.rank))
+                await self._io(self.store.put_job, job.job_id, job.to_document())
+            except Exception as error:
+                log.warning("job %s: recording the loss of rank %d failed: %s", job.job_id, session.rank, error)
+
+    async def _flush_telemetry(self, job: Job) -> None:
+        window = job.telemetry
+        if not window.messages:
+            return
+        job.telemetry = type(window)()
+        try:
+            await self._io(self.store.add_telemetry, job.job_id, window.summary(self.clock()))
+        except Exception as error:
+            log.warning("job %s: storing telemetry failed: %s", job.job_id, error)
+
+    # ------------------------------------------------------------------ admin
+    def job(self, job_id: str) -> Job:
+        requests.job_id(job_id)
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise NotFoundError(f"no job {job_id!r}; 'p2 jobs list' shows the jobs the service knows")
+        return job
+
+    async def submit_plan(self, job_id: str, plan: Plan) -> tuple[PlanState, StoredPlan]:
+        """Give ``plan`` the job's next version and start its two-phase commit."""
+        job = self.job(job_id)
+        async with job.lock:
+            version = await self._io(self.store.next_version, job_id)
+            plan = dataclasses.replace(plan, version=version)
+            state, actions = control.step(job.coordinator, Submit(plan), self.clock())
+            refused = [a for a in actions if isinstance(a, Refuse)]
+            if refused:
+                self.events.publish(job_id, "refused", version, refused[0].reason)
+                raise RefusedError(refused[0].reason)
+            stored = StoredPlan(job_id, version, plan.to_json(), self.clock())
+            await self._io(self.store.add_plan, job_id, version, stored.plan_json, stored.submitted_unix)
+            job.plans[version] = PlanState(version, stored.submitted_unix)
+            await self._adopt(job, state, actions)
+            return job.plans[version], stored
+
+    async def plan(self, job_id: str, version: int) -> tuple[PlanState, StoredPlan]:
+        job = self.job(job_id)
+        stored = await self._io(self.store.get_plan, job_id, version)
+        if stored is None:
+            raise NotFoundError(f"job {job_id!r} has no plan version {version}; 'p2 plan list --job {job_id}' "
+                                "shows its plans")
+        return job.plans.get(version) or PlanState(version, stored.submitted_unix), stored
+
+    async def plans(self, job_id: str) -> list[PlanState]:
+        job = self.job(job_id)
+        return [job.plans[v] for v in sorted(job.plans)]

@@ -1,0 +1,136 @@
+"""A job as the service sees it: its ranks, their streams, its coordinator, its plans' 2PC state.
+
+A job is **registering** until every rank registered, **live** while every
+rank is connected, **degraded** when a rank of a job that was live lost its
+stream (a rank that reconnects re-registers and gets the committed plan).
+Each plan's per-rank two-phase-commit state (``prepare_sent``, ``voted_yes``,
+``voted_no``, ``acked_commit``, ``acked_abort``) is what the driver observed;
+operators read it through ``p2 plan show``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from optimizer_service.control.coordinator import Coordinator
+
+REGISTERING, LIVE, DEGRADED = "registering", "live", "degraded"
+
+
+class RankSession:
+    """One rank's open stream; the servicer writes what lands in its outbox."""
+
+    def __init__(self, job_id: str, rank: int) -> None:
+        self.job_id = job_id
+        self.rank = rank
+        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.closed = False
+
+    def send(self, message) -> None:
+        if not self.closed:
+            self.outbox.put_nowait(message)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.outbox.put_nowait(None)
+
+
+@dataclass
+class RankInfo:
+    host: str = ""
+    local_rank: int = 0
+    backend: str = ""
+    torch_version: str = ""
+    enforcer_version: str = ""
+    connected: bool = False
+    running_version: int = 0
+    iteration: int = 0
+    last_seen_unix: float = 0.0
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RankInfo:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        return cls(**{**known, "connected": False})
+
+
+@dataclass
+class PlanState:
+    """One plan's two-phase commit as observed: the decision and each rank's part."""
+
+    version: int
+    submitted_unix: float
+    switch_iteration: int = 0
+    epoch: int = 0
+    decision: str | None = None          # "commit" | "abort"
+    reason: str = ""
+    decided_unix: float = 0.0
+    ranks: dict[int, tuple[str, str]] = field(default_factory=dict)   # rank -> (state, reason)
+    dirty: bool = field(default=False, compare=False)                   # changed since last stored
+
+    @property
+    def state(self) -> str:
+        return {"commit": "committed", "abort": "aborted"}.get(self.decision or "", "preparing")
+
+    def to_dict(self) -> dict:
+        return {"version": self.version, "submitted_unix": self.submitted_unix,
+                "switch_iteration": self.switch_iteration, "epoch": self.epoch, "decision": self.decision,
+                "reason": self.reason, "decided_unix": self.decided_unix,
+                "ranks": {str(rank): list(value) for rank, value in sorted(self.ranks.items())}}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PlanState:
+        return cls(version=data["version"], submitted_unix=data["submitted_unix"],
+                   switch_iteration=data.get("switch_iteration", 0), epoch=data.get("epoch", 0),
+                   decision=data.get("decision"), reason=data.get("reason", ""),
+                   decided_unix=data.get("decided_unix", 0.0),
+                   ranks={int(rank): tuple(value) for rank, value in data.get("ranks", {}).items()})
+
+
+@dataclass
+class TelemetryWindow:
+    """Telemetry since the last summary was stored (one per job, flushed on ticks)."""
+
+    messages: int = 0
+    iterations: set[int] = field(default_factory=set)
+    duration_sum: float = 0.0
+    wait_sum: float = 0.0
+    max_iteration: int = 0
+
+    def summary(self, unix: float) -> dict:
+        return {"unix": unix, "messages": self.messages, "iterations": len(self.iterations),
+                "mean_iteration_seconds": self.duration_sum / self.messages if self.messages else 0.0,
+                "mean_wait_seconds": self.wait_sum / self.messages if self.messages else 0.0,
+                "max_iteration": self.max_iteration}
+
+
+@dataclass
+class Job:
+    job_id: str
+    world_size: int
+    switch_every: int
+    created_unix: float
+    coordinator: Coordinator
+    ranks: dict[int, RankInfo] = field(default_factory=dict)
+    sessions: dict[int, RankSession] = field(default_factory=dict)
+    plans: dict[int, PlanState] = field(default_factory=dict)
+    was_live: bool = False
+    telemetry: TelemetryWindow = field(default_factory=TelemetryWindow)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def state(self) -> str:
+        connected = sum(1 for info in self.ranks.values() if info.connected)
+        if connected == self.world_size:
+            return LIVE
+        return DEGRADED if self.was_live else REGISTERING
+
+    def to_document(self) -> dict:
+        """What the store keeps of the job (its ranks' last known facts, not their streams)."""
+        return {"job_id": self.job_id, "world_size": self.world_size, "switch_every": self.switch_every,
+                "created_unix": self.created_unix, "was_live": self.was_live,
+                "ranks": {str(rank): info.to_dict() for rank, info in sorted(self.ranks.items())}}

@@ -1,0 +1,120 @@
+"""The gRPC server: the two servicers, health, reflection, auth, limits.
+
+:class:`Service` builds everything from a :class:`ServiceConfig` value and
+starts I/O only in :meth:`Service.start` (which returns the bound port, so
+tests listen on port 0). ``p2 serve`` runs :func:`serve`, which stops cleanly
+on SIGTERM or SIGINT: it stops taking calls, closes the ranks' streams and the
+store, whose every write was already durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from optimizer_service.control.coordinator import Timing
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.service.admin_servicer import OptimizerServicer
+from optimizer_service.service.auth import TokenInterceptor, server_credentials
+from optimizer_service.service.core import ServiceCore
+from optimizer_service.service.link_servicer import EnforcerLinkServicer
+from optimizer_service.service.requests import MAX_MESSAGE_BYTES
+from optimizer_service.service.store.url import open_store
+from p2.v1 import enforcer_link_pb2, enforcer_link_pb2_grpc, optimizer_pb2, optimizer_pb2_grpc
+
+log = logging.getLogger("p2.service")
+
+SERVICE_NAMES = (optimizer_pb2.DESCRIPTOR.services_by_name["Optimizer"].full_name,
+                 enforcer_link_pb2.DESCRIPTOR.services_by_name["EnforcerLink"].full_name)
+#: Keepalive pings find ranks whose host died without closing its stream.
+OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+           ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+           ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
+           ("grpc.keepalive_permit_without_calls", 1),
+           ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+           ("grpc.so_reuseport", 0)]
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    listen: str = "127.0.0.1:50051"
+    store_url: str | None = None            # None: SQLite under default_store_path
+    default_store_path: Path | None = None
+    token: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    timing: Timing = Timing()
+    tick_seconds: float = 0.2
+
+
+class Service:
+    def __init__(self, config: ServiceConfig) -> None:
+        self.config = config
+        self.core = ServiceCore(lambda: open_store(config.store_url, default_path=config.default_store_path),
+                                timing=config.timing, tick_seconds=config.tick_seconds)
+        self.server: grpc.aio.Server | None = None
+        self.health = health.aio.HealthServicer()
+        self.port = 0
+
+    async def start(self) -> int:
+        credentials = server_credentials(self.config.tls_cert, self.config.tls_key, self.config.tls_ca)
+        await self.core.start()
+        interceptors = [TokenInterceptor(self.config.token)] if self.config.token else []
+        self.server = grpc.aio.server(interceptors=interceptors, options=OPTIONS)
+        optimizer_pb2_grpc.add_OptimizerServicer_to_server(OptimizerServicer(self.core), self.server)
+        enforcer_link_pb2_grpc.add_EnforcerLinkServicer_to_server(EnforcerLinkServicer(self.core), self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME),
+                                            self.server)
+        try:
+            if credentials is None:
+                self.port = self.server.add_insecure_port(self.config.listen)
+            else:
+                self.port = self.server.add_secure_port(self.config.listen, credentials)
+        except RuntimeError as error:
+            await self.core.stop()
+            raise InvalidInputError(f"cannot listen on {self.config.listen}: {error}") from None
+        if self.port == 0:
+            await self.core.stop()
+            raise InvalidInputError(f"cannot listen on {self.config.listen}: the address is in use or not local; "
+                                    "give another with --listen HOST:PORT")
+        await self.server.start()
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("service: listening on %s (port %d)%s%s", self.config.listen, self.port,
+                 ", TLS" if credentials else "", ", token required" if self.config.token else "")
+        return self.port
+
+    async def stop(self, grace: float = 2.0) -> None:
+        await self.health.enter_graceful_shutdown()
+        if self.server is not None:
+            stopping = self.server.stop(grace)
+            for job in self.core.jobs.values():       # end the ranks' streams so the grace period is not waited out
+                for session in list(job.sessions.values()):
+                    session.close()
+            await stopping
+        await self.core.stop()
+
+
+async def serve(config: ServiceConfig, ready: Callable[[Service], None] | None = None) -> None:
+    """Run the service until SIGTERM or SIGINT."""
+    service = Service(config)
+    await service.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready(service)
+    await stop.wait()
+    log.info("service: stopping")
+    await service.stop()

@@ -1,0 +1,130 @@
+"""The plan store's interface, its one value type and its errors.
+
+Two implementations (``sqlite_store``, ``redis_store``) keep the service's
+durable state: jobs, immutable versioned plans, each plan's two-phase-commit
+state, the coordinator's decision log and epoch, and bounded telemetry. The
+service calls every method from one worker thread; implementations are also
+safe to call from several threads and, on the same file or server, from
+several processes.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from optimizer_service.errors import InvalidInputError
+
+
+class StoreError(Exception):
+    """Base of every error a plan store raises; its message is one line."""
+
+
+class StoreInputError(StoreError, InvalidInputError):
+    """A value the store refuses (bad job id, oversized plan, a document that is
+    not a JSON object); nothing was written."""
+
+
+class StoreUrlError(StoreInputError):
+    """A store URL (``P2_STORE``) that cannot be parsed or names an unsupported backend."""
+
+
+class StoreConflictError(StoreError):
+    """A write that would change something immutable (a plan version that already exists)."""
+
+
+class StoreUnavailableError(StoreError):
+    """The backend is unreachable or refused the operation (Redis down, SQLite file
+    unwritable); the message names the store's URL with its password redacted."""
+
+
+@dataclass(frozen=True)
+class StoredPlan:
+    job_id: str
+    version: int
+    plan_json: str
+    submitted_unix: float
+
+
+class PlanStore(abc.ABC):
+    """Durable state of the optimizer service. ``url`` is the URL the store was
+    opened with, password redacted, so it is safe to log and to show."""
+
+    url: str
+
+    # jobs: one JSON document per job, upserted
+    @abc.abstractmethod
+    def put_job(self, job_id: str, document: dict) -> None: ...
+
+    @abc.abstractmethod
+    def get_job(self, job_id: str) -> dict | None: ...
+
+    @abc.abstractmethod
+    def list_jobs(self) -> list[dict]:
+        """Every job's document, sorted by job id."""
+
+    # plans: immutable, versioned per job
+    @abc.abstractmethod
+    def next_version(self, job_id: str) -> int:
+        """Reserve and return ``max(every version reserved or stored) + 1`` (1 the
+        first time); never the same number twice for a job, even across reopen."""
+
+    @abc.abstractmethod
+    def add_plan(self, job_id: str, version: int, plan_json: str, submitted_unix: float) -> None:
+        """Store a plan; :class:`StoreConflictError` if ``(job_id, version)`` exists."""
+
+    @abc.abstractmethod
+    def get_plan(self, job_id: str, version: int) -> StoredPlan | None: ...
+
+    @abc.abstractmethod
+    def list_plans(self, job_id: str) -> list[StoredPlan]:
+        """The job's plans by ascending version."""
+
+    # each plan's two-phase-commit state for operators: upserted, not relied on for recovery
+    @abc.abstractmethod
+    def put_plan_state(self, job_id: str, version: int, document: dict) -> None: ...
+
+    @abc.abstractmethod
+    def get_plan_state(self, job_id: str, version: int) -> dict | None: ...
+
+    # the coordinator's decision log: append-only
+    @abc.abstractmethod
+    def append_log(self, job_id: str, record: dict) -> int:
+        """Append a record, durable when this returns; its sequence number (1, 2, ... per job)."""
+
+    @abc.abstractmethod
+    def read_log(self, job_id: str) -> list[dict]:
+        """The job's records in append order."""
+
+    # the coordinator's epoch: one counter for the whole store
+    @abc.abstractmethod
+    def next_epoch(self) -> int:
+        """Increment the epoch and return it (1 the first time), durable when this returns."""
+
+    # telemetry summaries: bounded, most recent kept
+    @abc.abstractmethod
+    def add_telemetry(self, job_id: str, summary: dict, keep: int = 1000) -> None:
+        """Append a summary and drop the job's oldest beyond ``keep``."""
+
+    @abc.abstractmethod
+    def recent_telemetry(self, job_id: str, limit: int = 100) -> list[dict]:
+        """The job's last ``limit`` summaries, newest last."""
+
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise :class:`StoreUnavailableError` if the backend cannot be reached."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> PlanStore:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"

@@ -1,0 +1,219 @@
+"""The plan store on a Redis server (``redis://[[user]:password@]host:port/db``,
+``rediss://`` for TLS).
+
+Durability is the server's: run it with ``appendonly yes`` and ``appendfsync
+always``, so Redis writes each command to its append-only file and fsyncs it
+before it replies; a write whose method returned then survives a crash of the
+server or its machine. With the defaults (``appendfsync everysec`` or no AOF)
+the last second of decisions can be lost.
+
+Every key lies under a prefix (default ``p2:``); validated job ids (no spaces,
+no braces, at most 128 characters) are the only client text in a key, so no
+client value can name another key. A job's keys:
+
+* ``p2:jobs`` (hash: job id → document), ``p2:versions`` (hash: job id → last
+  reserved version), ``p2:epoch`` (integer);
+* ``p2:plans:JOB`` / ``p2:plan_submitted:JOB`` / ``p2:plan_state:JOB`` (hashes by version);
+* ``p2:log:JOB`` (list, append-only: the sequence number is the length after
+  the append), ``p2:telemetry:JOB`` (list trimmed to the last ``keep``).
+
+Writes that touch several keys run as one Lua script or MULTI/EXEC. Commands
+are not retried: a retried append could be applied twice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from optimizer_service.service.store.base import (
+    PlanStore,
+    StoreConflictError,
+    StoredPlan,
+    StoreError,
+    StoreInputError,
+    StoreUnavailableError,
+)
+from optimizer_service.service.store.validation import (
+    MAX_TELEMETRY_KEEP,
+    check_count,
+    check_job_id,
+    check_plan_json,
+    check_submitted,
+    check_version,
+    decode_document,
+    encode_document,
+    one_line,
+    preview,
+)
+
+DEFAULT_PREFIX = "p2:"
+PREFIX_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+CONNECT_TIMEOUT_SECONDS = 5.0
+COMMAND_TIMEOUT_SECONDS = 60.0      # a 64 MiB plan, fsynced by the server before it answers
+
+# KEYS: plans, submitted, versions; ARGV: version, plan text, submitted, job id.
+_ADD_PLAN = """
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
+local last = tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')
+if last < tonumber(ARGV[1]) then redis.call('HSET', KEYS[3], ARGV[4], ARGV[1]) end
+return 1
+"""
+
+
+def check_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
+        raise StoreInputError(f"key prefix {preview(prefix)} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ : -")
+    return prefix
+
+
+class RedisPlanStore(PlanStore):
+    """Build it with :meth:`connect` (which does no I/O until the first call) or
+    from a ``redis.Redis`` client made with ``decode_responses=True``."""
+
+    def __init__(self, client: redis.Redis, url: str, *, prefix: str = DEFAULT_PREFIX, secret: str | None = None):
+        self._client = client
+        self._prefix = check_prefix(prefix)
+        self._secret = secret           # scrubbed from error messages, should a server ever echo it
+        self._add_plan = client.register_script(_ADD_PLAN)
+        self.url = url
+
+    @classmethod
+    def connect(cls, host: str, port: int, db: int, *, url: str, username: str | None = None,
+                password: str | None = None, tls: bool = False, prefix: str = DEFAULT_PREFIX) -> RedisPlanStore:
+        client = redis.Redis(host=host, port=port, db=db, username=username, password=password, ssl=tls,
+                             decode_responses=True, socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                             socket_timeout=COMMAND_TIMEOUT_SECONDS, retry=Retry(NoBackoff(), 0))
+        return cls(client, url, prefix=prefix, secret=password)
+
+    def _key(self, kind: str, job_id: str | None = None) -> str:
+        return f"{self._prefix}{kind}" if job_id is None else f"{self._prefix}{kind}:{job_id}"
+
+    @contextmanager
+    def _guard(self) -> Iterator[redis.Redis]:
+        try:
+            yield self._client
+        except redis.RedisError as error:
+            reason = one_line(error)
+            if self._secret:
+                reason = reason.replace(self._secret, "***")
+            raise StoreUnavailableError(f"store {self.url} is unavailable: {reason}") from None
+        except UnicodeDecodeError:
+            raise StoreError(f"store {self.url} holds a value that is not UTF-8 text under {self._prefix}") from None
+
+    def put_job(self, job_id: str, document: dict) -> None:
+        check_job_id(job_id)
+        text = encode_document(document, "job document")
+        with self._guard() as client:
+            client.hset(self._key("jobs"), job_id, text)
+
+    def get_job(self, job_id: str) -> dict | None:
+        check_job_id(job_id)
+        with self._guard() as client:
+            text = client.hget(self._key("jobs"), job_id)
+        return None if text is None else decode_document(text, f"job {job_id}")
+
+    def list_jobs(self) -> list[dict]:
+        with self._guard() as client:
+            found = client.hgetall(self._key("jobs"))
+        return [decode_document(found[job_id], f"job {job_id}") for job_id in sorted(found)]
+
+    def next_version(self, job_id: str) -> int:
+        check_job_id(job_id)
+        with self._guard() as client:
+            return int(client.hincrby(self._key("versions"), job_id, 1))
+
+    def add_plan(self, job_id: str, version: int, plan_json: str, submitted_unix: float) -> None:
+        check_job_id(job_id)
+        check_version(version)
+        check_plan_json(plan_json)
+        submitted = check_submitted(submitted_unix)
+        keys = [self._key("plans", job_id), self._key("plan_submitted", job_id), self._key("versions")]
+        with self._guard():
+            added = self._add_plan(keys=keys, args=[str(version), plan_json, repr(submitted), job_id])
+        if not added:
+            raise StoreConflictError(f"plan {job_id} v{version} already exists; plans are immutable")
+
+    def get_plan(self, job_id: str, version: int) -> StoredPlan | None:
+        check_job_id(job_id)
+        check_version(version)
+        with self._guard() as client:
+            pipe = client.pipeline(transaction=True)
+            pipe.hget(self._key("plans", job_id), str(version))
+            pipe.hget(self._key("plan_submitted", job_id), str(version))
+            text, submitted = pipe.execute()
+        return None if text is None else StoredPlan(job_id, version, text, float(submitted))
+
+    def list_plans(self, job_id: str) -> list[StoredPlan]:
+        check_job_id(job_id)
+        with self._guard() as client:
+            pipe = client.pipeline(transaction=True)
+            pipe.hgetall(self._key("plans", job_id))
+            pipe.hgetall(self._key("plan_submitted", job_id))
+            texts, submitted = pipe.execute()
+        return [StoredPlan(job_id, int(version), texts[version], float(submitted[version]))
+                for version in sorted(texts, key=int)]
+
+    def put_plan_state(self, job_id: str, version: int, document: dict) -> None:
+        check_job_id(job_id)
+        check_version(version)
+        text = encode_document(document, "plan state")
+        with self._guard() as client:
+            client.hset(self._key("plan_state", job_id), str(version), text)
+
+    def get_plan_state(self, job_id: str, version: int) -> dict | None:
+        check_job_id(job_id)
+        check_version(version)
+        with self._guard() as client:
+            text = client.hget(self._key("plan_state", job_id), str(version))
+        return None if text is None else decode_document(text, f"plan state {job_id} v{version}")
+
+    def append_log(self, job_id: str, record: dict) -> int:
+        check_job_id(job_id)
+        text = encode_document(record, "log record")
+        with self._guard() as client:
+            return int(client.rpush(self._key("log", job_id), text))
+
+    def read_log(self, job_id: str) -> list[dict]:
+        check_job_id(job_id)
+        with self._guard() as client:
+            texts = client.lrange(self._key("log", job_id), 0, -1)
+        return [decode_document(text, f"log record {job_id} #{seq}") for seq, text in enumerate(texts, 1)]
+
+    def next_epoch(self) -> int:
+        with self._guard() as client:
+            return int(client.incr(self._key("epoch")))
+
+    def add_telemetry(self, job_id: str, summary: dict, keep: int = 1000) -> None:
+        check_job_id(job_id)
+        check_count("keep", keep, 1, MAX_TELEMETRY_KEEP)
+        text = encode_document(summary, "telemetry summary")
+        key = self._key("telemetry", job_id)
+        with self._guard() as client:
+            pipe = client.pipeline(transaction=True)
+            pipe.rpush(key, text)
+            pipe.ltrim(key, -keep, -1)
+            pipe.execute()
+
+    def recent_telemetry(self, job_id: str, limit: int = 100) -> list[dict]:
+        check_job_id(job_id)
+        check_count("limit", limit, 0, MAX_TELEMETRY_KEEP)
+        if limit == 0:
+            return []
+        with self._guard() as client:
+            texts = client.lrange(self._key("telemetry", job_id), -limit, -1)
+        return [decode_document(text, f"telemetry summary of {job_id}") for text in texts]
+
+    def ping(self) -> None:
+        with self._guard() as client:
+            client.ping()
+
+    def close(self) -> None:
+        self._client.close()

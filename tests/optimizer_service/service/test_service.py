@@ -1,0 +1,205 @@
+"""The service end to end over real gRPC: a real server on port 0, a real
+SQLite store, ranks that speak the real protocol in-process
+(tests/support/participants.py), the admin API, health and reflection, tokens."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from optimizer_service.control.coordinator import Timing
+from optimizer_service.plan import Plan
+from optimizer_service.plan.proto_codec import plan_to_proto
+from optimizer_service.service.auth import bearer
+from optimizer_service.service.server import Service, ServiceConfig
+from p2.v1 import optimizer_pb2 as api
+from p2.v1 import optimizer_pb2_grpc
+from tests.support.participants import SimRank, run_rank
+
+FAST = Timing(vote_timeout=3.0, resend_interval=0.2, switch_margin=2)
+
+
+def config(tmp_path: Path, **changes) -> ServiceConfig:
+    values = dict(listen="127.0.0.1:0", store_url=f"sqlite:///{tmp_path / 'service.db'}", timing=FAST,
+                  tick_seconds=0.05)
+    values.update(changes)
+    return ServiceConfig(**values)
+
+
+class Harness:
+    """A running service, an admin stub, and simulated ranks of one job."""
+
+    def __init__(self, service: Service, token: str | None = None) -> None:
+        self.service = service
+        self.token = token
+        self.channel = grpc.aio.insecure_channel(f"127.0.0.1:{service.port}")
+        self.admin = optimizer_pb2_grpc.OptimizerStub(self.channel)
+        self.stop_ranks = asyncio.Event()
+        self.tasks: list[asyncio.Task] = []
+
+    async def join(self, job: str, world: int, refuse: dict[int, str] | None = None) -> list[SimRank]:
+        ranks = [SimRank(job, r, world, refuse=(refuse or {}).get(r, "")) for r in range(world)]
+        for sim in ranks:
+            self.tasks.append(asyncio.ensure_future(run_rank(sim, self.channel, self.token, self.stop_ranks)))
+        await asyncio.wait_for(asyncio.gather(*(sim.registered.wait() for sim in ranks)), 10)
+        return ranks
+
+    async def call(self, method: str, request):
+        return await getattr(self.admin, method)(request, metadata=bearer(self.token), timeout=10)
+
+    async def until(self, predicate, timeout: float = 10.0) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not predicate():
+            assert loop.time() < deadline, "timed out waiting"
+            await asyncio.sleep(0.02)
+
+    async def plan_when(self, job: str, version: int, predicate, timeout: float = 10.0) -> api.PlanRecord:
+        """GetPlan until ``predicate(record)`` holds (the service applies acks after the ranks send them)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            record = await self.call("GetPlan", api.GetPlanRequest(job_id=job, version=version))
+            if predicate(record):
+                return record
+            assert loop.time() < deadline, f"timed out; last record: {record}"
+            await asyncio.sleep(0.02)
+
+    async def close(self) -> None:
+        self.stop_ranks.set()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.channel.close()
+        await self.service.stop(grace=0.5)
+
+
+def run(scenario, cfg: ServiceConfig):
+    async def main():
+        service = Service(cfg)
+        await service.start()
+        harness = Harness(service, cfg.token)
+        try:
+            return await scenario(harness)
+        finally:
+            await harness.close()
+    return asyncio.run(main())
+
+
+def empty_plan(world: int) -> api.SubmitPlanRequest:
+    return plan_to_proto(Plan(1, world, {0: None}, ()))
+
+
+def test_a_job_registers_goes_live_and_a_plan_commits_on_every_rank(tmp_path):
+    async def scenario(h: Harness):
+        ranks = await h.join("job-a", 4)
+        job = await h.call("GetJob", api.GetJobRequest(job_id="job-a"))
+        assert job.state == api.LIVE and len(job.ranks) == 4 and all(r.connected for r in job.ranks)
+        record = await h.call("SubmitPlan", api.SubmitPlanRequest(job_id="job-a", plan=empty_plan(4)))
+        assert record.version == 1 and record.state == api.PREPARING
+        await h.until(lambda: all(1 in sim.acked for sim in ranks))
+        shown = await h.plan_when("job-a", 1, lambda r: all(x.state == "acked_commit" for x in r.ranks))
+        assert shown.state == api.COMMITTED and shown.plan.world_size == 4
+        assert [r.state for r in shown.ranks] == ["acked_commit"] * 4
+        listed = await h.call("ListPlans", api.ListPlansRequest(job_id="job-a"))
+        assert [p.version for p in listed.plans] == [1] and not listed.plans[0].HasField("plan")
+        job = await h.call("GetJob", api.GetJobRequest(job_id="job-a"))
+        assert job.committed_version == 1
+        second = await h.call("SubmitPlan", api.SubmitPlanRequest(job_id="job-a", plan=empty_plan(4)))
+        assert second.version == 2
+        await h.until(lambda: all(2 in sim.acked for sim in ranks))
+    run(scenario, config(tmp_path))
+
+
+def test_a_rank_that_cannot_prepare_aborts_the_plan_everywhere(tmp_path):
+    async def scenario(h: Harness):
+        ranks = await h.join("job-b", 4, refuse={3: "channel 1 needs nic1, which this host lacks"})
+        await h.call("SubmitPlan", api.SubmitPlanRequest(job_id="job-b", plan=empty_plan(4)))
+        await h.until(lambda: all(1 in sim.aborted for sim in ranks))
+        shown = await h.plan_when("job-b", 1, lambda r: r.state == api.ABORTED)
+        assert shown.state == api.ABORTED and "nic1" in shown.reason
+        assert not any(sim.acked for sim in ranks)
+        assert dict((r.rank, r.state) for r in shown.ranks)[3] in ("voted_no", "acked_abort")
+        job = await h.call("GetJob", api.GetJobRequest(job_id="job-b"))
+        assert job.committed_version == 0
+    run(scenario, config(tmp_path))
+
+
+@pytest.mark.parametrize("request_, code, words", [
+    (api.SubmitPlanRequest(job_id="nope", plan=plan_to_proto(Plan(1, 2, {0: None}, ()))), grpc.StatusCode.NOT_FOUND,
+     "no job 'nope'"),
+    (api.SubmitPlanRequest(job_id="bad id!", plan=plan_to_proto(Plan(1, 2, {0: None}, ()))),
+     grpc.StatusCode.INVALID_ARGUMENT, "job_id"),
+    (api.SubmitPlanRequest(job_id="job-c"), grpc.StatusCode.INVALID_ARGUMENT, "plan: missing"),
+    (api.SubmitPlanRequest(job_id="job-c", plan=plan_to_proto(Plan(1, 8, {0: None}, ()))),
+     grpc.StatusCode.FAILED_PRECONDITION, "8"),
+])
+def test_bad_submissions_are_refused_with_one_line_and_change_nothing(tmp_path, request_, code, words):
+    async def scenario(h: Harness):
+        await h.join("job-c", 2)
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await h.call("SubmitPlan", request_)
+        assert error.value.code() == code and words in error.value.details()
+        assert "\n" not in error.value.details()
+        listed = await h.call("ListPlans", api.ListPlansRequest(job_id="job-c"))
+        assert list(listed.plans) == []
+    run(scenario, config(tmp_path))
+
+
+def test_a_job_that_is_not_live_refuses_plans(tmp_path):
+    async def scenario(h: Harness):
+        ranks = [SimRank("job-d", 0, 2)]
+        h.tasks.append(asyncio.ensure_future(run_rank(ranks[0], h.channel, None, h.stop_ranks)))
+        await asyncio.wait_for(ranks[0].registered.wait(), 10)
+        job = await h.call("GetJob", api.GetJobRequest(job_id="job-d"))
+        assert job.state == api.REGISTERING
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await h.call("SubmitPlan", api.SubmitPlanRequest(job_id="job-d", plan=empty_plan(2)))
+        assert error.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    run(scenario, config(tmp_path))
+
+
+def test_a_restarted_service_recovers_its_jobs_with_a_higher_epoch(tmp_path):
+    async def first(h: Harness):
+        ranks = await h.join("job-e", 2)
+        await h.call("SubmitPlan", api.SubmitPlanRequest(job_id="job-e", plan=empty_plan(2)))
+        await h.until(lambda: all(1 in sim.acked for sim in ranks))
+        await h.plan_when("job-e", 1, lambda r: all(x.state == "acked_commit" for x in r.ranks))
+        return (await h.call("GetJob", api.GetJobRequest(job_id="job-e"))).epoch
+
+    async def second(h: Harness):
+        job = await h.call("GetJob", api.GetJobRequest(job_id="job-e"))
+        assert job.committed_version == 1 and job.state == api.DEGRADED
+        ranks = await h.join("job-e", 2)
+        # Fresh ranks (a restarted job) get the committed plan again.
+        await h.until(lambda: all(1 in sim.acked for sim in ranks))
+        return job.epoch
+
+    epoch_before = run(first, config(tmp_path))
+    epoch_after = run(second, config(tmp_path))
+    assert epoch_after > epoch_before
+
+
+def test_tokens_health_and_reflection(tmp_path):
+    async def scenario(h: Harness):
+        health = health_pb2_grpc.HealthStub(h.channel)
+        answer = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5)   # no token: probes
+        assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        for metadata in ([], bearer("wrong")):
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await h.admin.ListJobs(api.ListJobsRequest(), metadata=metadata, timeout=5)
+            assert error.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        intruder = SimRank("job-f", 0, 1)
+        await run_rank(intruder, h.channel, "wrong", h.stop_ranks)
+        assert intruder.error is not None and intruder.error.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert (await h.call("ListJobs", api.ListJobsRequest())).jobs == []
+        reflect = reflection_pb2_grpc.ServerReflectionStub(h.channel)
+        names = set()
+        async for reply in reflect.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(
+                list_services="")]), metadata=bearer(h.token)):
+            names |= {s.name for s in reply.list_services_response.service}
+        assert {"p2.v1.Optimizer", "p2.v1.EnforcerLink", "grpc.health.v1.Health"} <= names
+    run(scenario, config(tmp_path, token="s3cret"))
