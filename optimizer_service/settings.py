@@ -43,6 +43,9 @@ class Settings(BaseSettings):
                               "STATE_DIR/service.db) or redis://[:password@]host:port/db")
     state_dir: Path | None = Field(None, description="where the service keeps its SQLite store (default "
                                    "$XDG_STATE_HOME/p2, else ~/.local/state/p2)")
+    crash_at: str | None = Field(None, description="testing only: 'p2 serve' SIGKILLs itself at this protocol "
+                                 "point (e.g. decision-persisted, commit-sent-to-one); see service/core.py")
+    vote_timeout: float = Field(10.0, gt=0, description="seconds the service waits for every rank's vote")
 
     def service_token(self, token_file: Path | None = None) -> str | None:
         """The bearer token: ``token_file`` (a flag), else P2_TOKEN_FILE, else P2_TOKEN."""

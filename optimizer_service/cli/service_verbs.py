@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from optimizer_service.cli.params import write_json
+from optimizer_service.control.coordinator import Timing
 from optimizer_service.cli.service_client import Client, connect, service_options
 from optimizer_service.cli.service_render import job_dict, job_text, jobs_table, plan_dict, plan_text, plans_table
 from optimizer_service.errors import InvalidInputError, JobFailedError
@@ -53,7 +54,8 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
     default = state_dir / "service.db" if state_dir else default_store_path(os.environ, Path.home())
     config = ServiceConfig(listen=listen, store_url=store_url or settings.store, default_store_path=default,
                            token=settings.service_token(token_file), tls_cert=tls_cert, tls_key=tls_key,
-                           tls_ca=tls_ca)
+                           tls_ca=tls_ca, timing=Timing(vote_timeout=settings.vote_timeout),
+                           crash_at=settings.crash_at)
     logging.getLogger("p2.service").setLevel(logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))

@@ -26,6 +26,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -68,7 +70,9 @@ class RefusedError(InvalidInputError):
 
 class ServiceCore:
     def __init__(self, store_factory: Callable[[], PlanStore], *, timing: Timing = Timing(),
-                 tick_seconds: float = 0.2, clock: Callable[[], float] = time.time) -> None:
+                 tick_seconds: float = 0.2, clock: Callable[[], float] = time.time,
+                 crash_at: str | None = None) -> None:
+        self.crash_at = crash_at
         self._store_factory = store_factory
         self.store: PlanStore | None = None
         self.timing = timing
@@ -109,6 +113,15 @@ class ServiceCore:
             await self._io(self.store.close)
         self._io_pool.shutdown(wait=True)
 
+    async def _fault(self, point: str) -> None:
+        """Fault injection for the crash tests (``P2_CRASH_AT``, never set in
+        production): SIGKILL this process at ``point`` — after letting the event
+        loop write what is already queued, so a message "sent" has left."""
+        if self.crash_at == point:
+            await asyncio.sleep(0.2)
+            log.warning("service: crashing at %s (P2_CRASH_AT)", point)
+            os.kill(os.getpid(), signal.SIGKILL)
+
     async def _io(self, function, *args):
         return await asyncio.get_running_loop().run_in_executor(self._io_pool, function, *args)
 
@@ -130,6 +143,13 @@ class ServiceCore:
             saved = await self._io(self.store.get_plan_state, job_id, version)
             if saved is not None:
                 job.plans[version] = PlanState.from_dict(saved)
+        decided_unix = {}
+        for record in log_records:          # the log, not the saved states, says what was decided
+            self._observe_record(job, record)
+            if record.get("type") == "decision":
+                decided_unix[record["version"]] = record.get("time", 0.0)
+        for version, unix in decided_unix.items():
+            job.plans[version].decided_unix = unix
         self.jobs[job_id] = job
         async with job.lock:
             await self._execute(job, actions)
@@ -154,16 +174,23 @@ class ServiceCore:
     async def _execute(self, job: Job, actions: list) -> None:
         for action in actions:
             if isinstance(action, Persist):
+                kind = action.record.get("type")
+                await self._fault(f"before-{kind}-persisted")
                 await self._io(self.store.append_log, job.job_id, action.record)
                 self._observe_record(job, action.record)
+                await self._fault(f"{kind}-persisted")
             elif isinstance(action, Send):
                 message = to_service_message(action.message)
-                for rank in action.ranks:
+                what = type(action.message).__name__.lower()
+                for index, rank in enumerate(action.ranks):
                     session = job.sessions.get(rank)
                     if session is not None:
                         session.send(message)
                     if isinstance(action.message, Prepare):
                         self._rank_state(job, action.message.version, rank, "prepare_sent")
+                    if index == 0:
+                        await self._fault(f"{what}-sent-to-one")
+                await self._fault(f"{what}-sent")
             elif isinstance(action, Emit):
                 self.events.publish(job.job_id, action.kind, action.version, action.message, action.rank)
             elif isinstance(action, Refuse):

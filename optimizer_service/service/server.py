@@ -54,13 +54,14 @@ class ServiceConfig:
     tls_ca: str | None = None
     timing: Timing = Timing()
     tick_seconds: float = 0.2
+    crash_at: str | None = None             # fault injection for the crash tests (P2_CRASH_AT)
 
 
 class Service:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.core = ServiceCore(lambda: open_store(config.store_url, default_path=config.default_store_path),
-                                timing=config.timing, tick_seconds=config.tick_seconds)
+                                timing=config.timing, tick_seconds=config.tick_seconds, crash_at=config.crash_at)
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.port = 0

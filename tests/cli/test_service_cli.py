@@ -3,71 +3,16 @@ service process, simulated ranks over real gRPC, one-line errors, SIGTERM."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
-from pathlib import Path
 
-import grpc
 import pytest
 
 from optimizer_service.plan import Plan
-from tests.support.cli import ROOT, p2
-from tests.support.participants import SimRank, run_rank
+from tests.support.certs import MISSING, have_openssl, make_certificates
+from tests.support.cli import p2
+from tests.support.service_process import Ranks, ServeProcess
 
 pytestmark = pytest.mark.slow
-
-
-class ServeProcess:
-    def __init__(self, tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> None:
-        self.port_file = tmp_path / "port"
-        self.port_file.unlink(missing_ok=True)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "optimizer_service.cli", "serve", "--listen", "127.0.0.1:0", "--port-file",
-             str(self.port_file), "--store", f"sqlite:///{tmp_path / 'service.db'}", *extra],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
-        deadline = time.monotonic() + 30
-        while not self.port_file.exists() or not self.port_file.read_text().strip():
-            assert self.process.poll() is None, self.process.communicate()[1]
-            assert time.monotonic() < deadline, "p2 serve did not start"
-            time.sleep(0.05)
-        self.address = f"127.0.0.1:{int(self.port_file.read_text())}"
-
-    def stop(self) -> tuple[int, str]:
-        self.process.send_signal(signal.SIGTERM)
-        _, err = self.process.communicate(timeout=30)
-        return self.process.returncode, err
-
-
-class Ranks:
-    """Simulated ranks of one job in a background event loop."""
-
-    def __init__(self, address: str, job: str, world: int, token: str | None = None) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.ranks = [SimRank(job, r, world) for r in range(world)]
-        self.ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(address, token), daemon=True)
-        self.thread.start()
-        assert self.ready.wait(20), "the simulated ranks did not register"
-
-    def _run(self, address: str, token: str | None) -> None:
-        async def main():
-            self.stop = asyncio.Event()
-            async with grpc.aio.insecure_channel(address) as channel:
-                tasks = [asyncio.ensure_future(run_rank(sim, channel, token, self.stop)) for sim in self.ranks]
-                await asyncio.gather(*(sim.registered.wait() for sim in self.ranks))
-                self.ready.set()
-                await asyncio.gather(*tasks)
-        self.loop.run_until_complete(main())
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.stop.set)
-        self.thread.join(10)
 
 
 def test_serve_jobs_and_plans_end_to_end(tmp_path):
@@ -136,3 +81,23 @@ def test_serve_refuses_bad_settings_with_one_line(tmp_path):
         result = p2("serve", "--listen", "127.0.0.1:0", *args)
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and words in result.stderr, result.stderr
+
+
+@pytest.mark.skipif(not have_openssl(), reason=MISSING)
+def test_mutual_tls(tmp_path):
+    certs = make_certificates(tmp_path / "pki")
+    serve = ServeProcess(tmp_path, "--tls-cert", str(certs.server_cert), "--tls-key", str(certs.server_key),
+                         "--tls-ca", str(certs.ca))
+    try:
+        base = ("jobs", "list", "--service", serve.address, "--timeout", "5", "--json", "-")
+        trusted = p2(*base, "--tls-ca", str(certs.ca), "--tls-cert", str(certs.client_cert),
+                     "--tls-key", str(certs.client_key))
+        assert trusted.returncode == 0, trusted.stderr
+        assert json.loads(trusted.stdout) == {"jobs": []}
+        anonymous = p2(*base, "--tls-ca", str(certs.ca))              # TLS, but no client certificate
+        assert anonymous.returncode == 1 and len(anonymous.stderr.strip().splitlines()) == 1, anonymous.stderr
+        plaintext = p2(*base)
+        assert plaintext.returncode == 1, plaintext.stderr
+    finally:
+        code, _ = serve.stop()
+    assert code == 0

@@ -56,7 +56,7 @@ class SimRank:
         self.state = Participant.new(self.job, self.rank, self.world_size)
 
     def register_message(self, iteration: int = 0) -> link.RankMessage:
-        held = tuple(v for v, p in self.state.prepared.items() if p.committed and p.built)
+        held = self.state.held()
         return link.RankMessage(register=link.Register(
             job_id=self.job, rank=self.rank, world_size=self.world_size, host="sim", local_rank=self.rank,
             backend="sim", torch_version="-", enforcer_version="sim", running_version=self.state.running,
@@ -93,13 +93,24 @@ class SimRank:
 
 
 async def run_rank(sim: SimRank, channel: grpc.aio.Channel, token: str | None = None,
-                   stop: asyncio.Event | None = None) -> None:
-    """Keep ``sim``'s stream open until ``stop`` is set (or the service ends it)."""
+                   stop: asyncio.Event | None = None, reconnect: bool = False) -> None:
+    """Keep ``sim``'s stream open until ``stop`` is set (or the service ends it;
+    with ``reconnect``, open it again — registering anew with what the rank
+    holds — until ``stop``)."""
+    stop = stop or asyncio.Event()
+    while not stop.is_set():
+        sim.registered.clear()
+        await _one_stream(sim, channel, token, stop)
+        if not reconnect:
+            return
+        await asyncio.sleep(0.1)
+
+
+async def _one_stream(sim: SimRank, channel: grpc.aio.Channel, token: str | None, stop: asyncio.Event) -> None:
     stub = enforcer_link_pb2_grpc.EnforcerLinkStub(channel)
     outbox: asyncio.Queue = asyncio.Queue()
     sim.outbox = outbox
     outbox.put_nowait(sim.register_message())
-    stop = stop or asyncio.Event()
 
     async def requests():
         while True:
@@ -119,3 +130,5 @@ async def run_rank(sim: SimRank, channel: grpc.aio.Channel, token: str | None = 
                 outbox.put_nowait(reply)
     except grpc.RpcError as error:
         sim.error = error
+    finally:
+        sim.outbox = None

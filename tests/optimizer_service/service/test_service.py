@@ -5,6 +5,7 @@ SQLite store, ranks that speak the real protocol in-process
 from __future__ import annotations
 
 import asyncio
+import uuid
 from pathlib import Path
 
 import grpc
@@ -20,8 +21,25 @@ from optimizer_service.service.server import Service, ServiceConfig
 from p2.v1 import optimizer_pb2 as api
 from p2.v1 import optimizer_pb2_grpc
 from tests.support.participants import SimRank, run_rank
+from tests.support.redis_server import MISSING, redis_server_path, start_redis
 
 FAST = Timing(vote_timeout=3.0, resend_interval=0.2, switch_margin=2)
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    if redis_server_path() is None:
+        pytest.skip(MISSING)
+    with start_redis(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store_url(request, tmp_path) -> str:
+    """Each store in turn; a Redis prefix of its own per test."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'service.db'}"
+    return f"{request.getfixturevalue('redis_server').url}?prefix=t-{uuid.uuid4().hex[:12]}:"
 
 
 def config(tmp_path: Path, **changes) -> ServiceConfig:
@@ -93,7 +111,7 @@ def empty_plan(world: int) -> api.SubmitPlanRequest:
     return plan_to_proto(Plan(1, world, {0: None}, ()))
 
 
-def test_a_job_registers_goes_live_and_a_plan_commits_on_every_rank(tmp_path):
+def test_a_job_registers_goes_live_and_a_plan_commits_on_every_rank(tmp_path, store_url):
     async def scenario(h: Harness):
         ranks = await h.join("job-a", 4)
         job = await h.call("GetJob", api.GetJobRequest(job_id="job-a"))
@@ -111,7 +129,7 @@ def test_a_job_registers_goes_live_and_a_plan_commits_on_every_rank(tmp_path):
         second = await h.call("SubmitPlan", api.SubmitPlanRequest(job_id="job-a", plan=empty_plan(4)))
         assert second.version == 2
         await h.until(lambda: all(2 in sim.acked for sim in ranks))
-    run(scenario, config(tmp_path))
+    run(scenario, config(tmp_path, store_url=store_url))
 
 
 def test_a_rank_that_cannot_prepare_aborts_the_plan_everywhere(tmp_path):
@@ -162,7 +180,7 @@ def test_a_job_that_is_not_live_refuses_plans(tmp_path):
     run(scenario, config(tmp_path))
 
 
-def test_a_restarted_service_recovers_its_jobs_with_a_higher_epoch(tmp_path):
+def test_a_restarted_service_recovers_its_jobs_with_a_higher_epoch(tmp_path, store_url):
     async def first(h: Harness):
         ranks = await h.join("job-e", 2)
         await h.call("SubmitPlan", api.SubmitPlanRequest(job_id="job-e", plan=empty_plan(2)))
@@ -178,8 +196,8 @@ def test_a_restarted_service_recovers_its_jobs_with_a_higher_epoch(tmp_path):
         await h.until(lambda: all(1 in sim.acked for sim in ranks))
         return job.epoch
 
-    epoch_before = run(first, config(tmp_path))
-    epoch_after = run(second, config(tmp_path))
+    epoch_before = run(first, config(tmp_path, store_url=store_url))
+    epoch_after = run(second, config(tmp_path, store_url=store_url))
     assert epoch_after > epoch_before
 
 

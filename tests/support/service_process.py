@@ -1,0 +1,88 @@
+"""A real ``p2 serve`` process, and simulated ranks of one job in a background
+event loop, for tests that talk to the service from the outside."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+from tests.support.cli import ROOT
+from tests.support.participants import SimRank, run_rank
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class ServeProcess:
+    """``p2 serve`` on ``port`` (0: a free one) with its store in ``folder`` (or ``store``)."""
+
+    def __init__(self, folder: Path, *extra: str, env: dict[str, str] | None = None, port: int = 0,
+                 store: str | None = None) -> None:
+        self.port_file = folder / "port"
+        self.port_file.unlink(missing_ok=True)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "optimizer_service.cli", "serve", "--listen", f"127.0.0.1:{port}", "--port-file",
+             str(self.port_file), "--store", store or f"sqlite:///{folder / 'service.db'}", *extra],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
+        deadline = time.monotonic() + 30
+        while not self.port_file.exists() or not self.port_file.read_text().strip():
+            assert self.process.poll() is None, self.process.communicate()[1]
+            assert time.monotonic() < deadline, "p2 serve did not start"
+            time.sleep(0.05)
+        self.port = int(self.port_file.read_text())
+        self.address = f"127.0.0.1:{self.port}"
+
+    def stop(self) -> tuple[int, str]:
+        """SIGTERM; the exit code and what it logged."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        _, err = self.process.communicate(timeout=30)
+        return self.process.returncode, err
+
+    def wait_dead(self, timeout: float = 30) -> tuple[int, str]:
+        _, err = self.process.communicate(timeout=timeout)
+        return self.process.returncode, err
+
+
+class Ranks:
+    """Simulated ranks of one job, streaming to ``address`` from a background loop
+    (reconnecting, with ``reconnect``, whenever the service goes away)."""
+
+    def __init__(self, address: str, job: str, world: int, token: str | None = None, reconnect: bool = False,
+                 refuse: dict[int, str] | None = None) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.ranks = [SimRank(job, r, world, refuse=(refuse or {}).get(r, "")) for r in range(world)]
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(address, token, reconnect), daemon=True)
+        self.thread.start()
+        assert self.ready.wait(20), "the simulated ranks did not register"
+
+    def _run(self, address: str, token: str | None, reconnect: bool) -> None:
+        async def main():
+            self.stop_event = asyncio.Event()
+            async with grpc.aio.insecure_channel(address) as channel:
+                tasks = [asyncio.ensure_future(run_rank(sim, channel, token, self.stop_event, reconnect))
+                         for sim in self.ranks]
+                await asyncio.gather(*(sim.registered.wait() for sim in self.ranks))
+                self.ready.set()
+                await asyncio.gather(*tasks)
+        self.loop.run_until_complete(main())
+
+    def registered(self) -> bool:
+        return all(sim.registered.is_set() for sim in self.ranks)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.stop_event.set)
+        self.thread.join(10)
