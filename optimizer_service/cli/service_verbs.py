@@ -12,9 +12,9 @@ from pathlib import Path
 import click
 
 from optimizer_service.cli.params import write_json
-from optimizer_service.control.coordinator import Timing
 from optimizer_service.cli.service_client import Client, connect, service_options
 from optimizer_service.cli.service_render import job_dict, job_text, jobs_table, plan_dict, plan_text, plans_table
+from optimizer_service.control.coordinator import Timing
 from optimizer_service.errors import InvalidInputError, JobFailedError
 from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_to_proto
