@@ -10,6 +10,8 @@ training scripts only change ``backend="p2enforcer"``.
 * :mod:`enforcer.bypass` — counts ops that reach the inner backend directly;
 * :mod:`optimizer_service.plan.op_plan` — the plan it installs (pure);
 * :mod:`enforcer.runtime` — ordered dispatch of motifs over channels;
+* :mod:`enforcer.link`, :mod:`enforcer.prepare`, :mod:`enforcer.switching` — the link to the
+  optimizer service (``P2_SERVICE``): two-phase commit of plans, switched at agreed iterations;
 * :mod:`enforcer.p2p`, :mod:`enforcer.executor` (with the pure :mod:`optimizer_service.plan.layout`) —
   P² reduction programs on a flat tensor.
 """

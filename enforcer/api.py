@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from enforcer import bypass, state
+from enforcer import bypass, state, switching
 from enforcer.trace import trace_path
 from optimizer_service.metrics import enforcer_exposition
 from optimizer_service.plan import InvalidInputError
@@ -25,11 +25,20 @@ def register() -> None:
 
 
 def step() -> int:
-    """Mark an iteration boundary (call after ``optimizer.step()``); returns the new iteration."""
+    """Mark an iteration boundary (call after ``optimizer.step()``); returns the new iteration.
+
+    With ``P2_SERVICE`` this is also where the rank reports the iteration to the
+    service and, every ``P2_SWITCH_EVERY`` iterations, where all ranks agree on
+    the plan to run next (:mod:`enforcer.switching`): collective, like the ops."""
     iteration = state.tracer().step()
-    for group in state.groups().values():
+    groups = state.groups().values()
+    for group in groups:
         if group.runtime is not None:
             group.runtime.step()
+    for group in groups:
+        if group.link is not None:
+            group.link.iteration_done(iteration - 1)
+            switching.at_boundary(group, group.link, iteration)
     return iteration
 
 

@@ -24,6 +24,9 @@ creates an :class:`EnforcerGroup`: a Python subclass of torch's
 * With a plan (:mod:`enforcer.runtime`), ops the plan names are handed to the
   dispatcher; every other op still passes through.
 
+* With ``P2_SERVICE`` the default group also starts the rank's link to the
+  optimizer service (:mod:`enforcer.link`), closed with the group.
+
 The inner backends of a group use its own store prefix, so ``new_group`` with
 this backend gives each subgroup its own inner communicators.
 """
@@ -31,6 +34,7 @@ this backend gives each subgroup its own inner communicators.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -95,10 +99,14 @@ class EnforcerGroup(ProcessGroup):
         self.tracer = state.reset_tracer(rank, size) if self.is_default else state.tracer()
         self.runtime = None                     # enforcer.runtime.PlanRuntime once a plan is installed
         self.installs = 0                       # plans installed so far (names their store keys)
+        self.link = None                        # enforcer.link.Link: the default group's, with P2_SERVICE
         state.register_group(self)
-        plan_file = state.settings().plan_file
-        if self.is_default and plan_file:
-            self._install_from_env(plan_file)
+        settings = state.settings()
+        if self.is_default and settings.plan_file:
+            self._install_from_env(settings.plan_file)
+        if self.is_default and settings.service:
+            from enforcer import link
+            self.link = link.start(self, settings, os.environ)
 
     def _install_from_env(self, path: str) -> None:
         """``P2_PLAN_FILE``: the plan to enforce from the first op on; one that does
@@ -281,8 +289,13 @@ class EnforcerGroup(ProcessGroup):
         if old is not None:
             old.close(abort=abort)
 
+    def _close_link(self) -> None:
+        if self.link is not None:
+            self.link.close()
+
     def shutdown(self) -> None:
         state.unregister_group(self)
+        self._close_link()
         self.replace_runtime(None)
         if self.is_default:
             state.export_from_env()
@@ -290,6 +303,7 @@ class EnforcerGroup(ProcessGroup):
 
     def abort(self) -> None:
         state.unregister_group(self)
+        self._close_link()
         self.replace_runtime(None, abort=True)
         ProcessGroup.abort(self)
 

@@ -155,9 +155,22 @@ class PlanRuntime:
     the threads; :meth:`close` stops them and releases the backends.
     """
 
-    def __init__(self, group, plan: Plan) -> None:
+    def __init__(self, group, plan: Plan, store_prefix: str | None = None, store: dist.Store | None = None) -> None:
+        """Build ``plan``'s channel backends for ``group`` (collective among each
+        backend's members). Their store keys start with ``store_prefix`` — a plan
+        the service prepares names it by its version, unique in the job, so ranks
+        that build it at different moments meet (:mod:`enforcer.prepare`) — else
+        with the count of installs on the group. ``store``: where to meet (default:
+        the group's)."""
         self.group = group
         self.plan = plan
+        self._store = group.store if store is None else store
+        if store_prefix is None:
+            group.installs += 1
+            # Installs are collective, so their count names the same store keys on every rank;
+            # the plan version alone does not (a plan may be installed twice).
+            store_prefix = f"p2plan/{group.installs}/v{plan.version}/"
+        self._store_prefix = store_prefix
         self.me = group.rank()
         mine = tuple(group.ranks)
         self.ops: list[OpPlan] = [op for op in plan.ops if tuple(op.key.group) == mine]
@@ -166,7 +179,6 @@ class PlanRuntime:
         self.schedule = dispatch.Schedule.of([op.order for op in self.ops])
         self.dependencies = [op.dependencies() for op in self.ops]     # plan checks they come first
         self._validated: dict[tuple[int, int], bool] = {}
-        group.installs += 1
         self.comms_by_channel = self._build_comms()
         self._cond = threading.Condition()
         self._iterations: deque[_Iteration] = deque([_Iteration()])
@@ -205,15 +217,13 @@ class PlanRuntime:
             for members in sorted(wanted[channel]):
                 if global_rank not in members:
                     continue
-                # Installs are collective, so their count names the same store keys on every rank;
-                # the plan version alone does not (a plan may be installed twice).
-                prefix = (f"p2plan/{self.group.installs}/v{self.plan.version}/ch{channel}/"
-                          f"{'-'.join(map(str, members))}/")
-                store = dist.PrefixStore(prefix, self.group.store)
+                prefix = f"{self._store_prefix}ch{channel}/{'-'.join(map(str, members))}/"
+                store = dist.PrefixStore(prefix, self._store)
                 try:
                     backend = inner.create(name, store, members.index(global_rank), len(members),
                                            self.group.timeout, interface=interface)
                 except RuntimeError as error:
+                    _shut_down(comms)           # what was made so far
                     raise PlanError(f"channel {channel}: cannot make a {name} backend for ranks {list(members)}"
                                     f" on interface {interface!r}: {str(error).splitlines()[0]}") from None
                 comms[channel][members] = p2p.BackendPeers(backend, members, global_rank)
@@ -295,10 +305,7 @@ class PlanRuntime:
             thread.join(timeout=5)
         # Release the channel backends now, not at interpreter exit (where gloo's
         # destructors can run after the threads they join are gone).
-        for comms in self.comms_by_channel.values():
-            for peers in comms.values():
-                peers.backend.shutdown()
-            comms.clear()
+        _shut_down(self.comms_by_channel)
 
     # ----------------------------------------------------------- dispatcher
     def _dispatch(self) -> None:
@@ -409,3 +416,10 @@ class PlanRuntime:
                 p2p.reduce(data, members, peers)
             else:
                 p2p.broadcast(data, members, peers)
+
+
+def _shut_down(comms_by_channel: dict[int, dict[tuple[int, ...], p2p.BackendPeers]]) -> None:
+    for comms in comms_by_channel.values():
+        for peers in comms.values():
+            peers.backend.shutdown()
+        comms.clear()

@@ -13,18 +13,33 @@ naming the variable (the backend then keeps its defaults and logs it).
 ``P2_COUNT_BYPASS``    ``0`` turns off counting ops that bypass the enforcer
 ``P2_CHANNEL_IFNAMES`` the node's NICs, one per channel (``nic0,nic1``; set by
                        the emulated cluster's launcher)
+``P2_SERVICE``         the optimizer service's ``host:port``: each rank links to it
+                       (:mod:`enforcer.link`); unset, nothing changes
+``P2_TOKEN``           its bearer token (``P2_TOKEN_FILE``: a file holding it,
+                       read when the link starts; the file wins)
+``P2_TLS_CA``          talk TLS, trusting this CA (PEM); ``P2_TLS_CERT`` and
+                       ``P2_TLS_KEY``: the rank's certificate for mutual TLS
+``P2_JOB``             the job id (default: torchrun's ``TORCHELASTIC_RUN_ID``,
+                       else ``MASTER_ADDR:MASTER_PORT``, else the store's address)
+``P2_SWITCH_EVERY``    plans switch only at iterations that are multiples of this
+                       (default 10; the same on every rank)
+``P2_PREPARE_TIMEOUT`` seconds a rank waits for its peers to start building a
+                       plan (default 30)
 =====================  =========================================================
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from optimizer_service.plan import InvalidInputError
 
 DEFAULT_TRACE_LIMIT = 200_000
+DEFAULT_SWITCH_EVERY = 10
+DEFAULT_PREPARE_TIMEOUT = 30.0
 
 
 @dataclass(frozen=True)
@@ -35,6 +50,15 @@ class EnforcerSettings:
     plan_file: str | None = None
     count_bypass: bool = True
     channel_ifnames: tuple[str, ...] = ()
+    service: str | None = None
+    token: str | None = field(default=None, repr=False)     # never in a log line
+    token_file: str | None = None
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    job: str | None = None
+    switch_every: int = DEFAULT_SWITCH_EVERY
+    prepare_timeout: float = DEFAULT_PREPARE_TIMEOUT
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EnforcerSettings:
@@ -49,6 +73,55 @@ class EnforcerSettings:
         bypass = env.get("P2_COUNT_BYPASS", "1").strip()
         if bypass not in ("0", "1"):
             raise InvalidInputError(f"P2_COUNT_BYPASS={bypass!r} must be 0 or 1")
+        service = env.get("P2_SERVICE", "").strip() or None
+        if service is not None and ":" not in service:
+            raise InvalidInputError(f"P2_SERVICE={service!r} must be HOST:PORT (the optimizer service's address)")
+        tls_cert, tls_key = env.get("P2_TLS_CERT") or None, env.get("P2_TLS_KEY") or None
+        if bool(tls_cert) != bool(tls_key):
+            raise InvalidInputError("P2_TLS_CERT and P2_TLS_KEY go together (the rank's certificate and its key)")
         return cls(inner_backend=env.get("P2_INNER_BACKEND") or None, trace_file=env.get("P2_TRACE_FILE") or None,
                    trace_limit=limit, plan_file=env.get("P2_PLAN_FILE") or None, count_bypass=bypass == "1",
-                   channel_ifnames=tuple(name for name in env.get("P2_CHANNEL_IFNAMES", "").split(",") if name))
+                   channel_ifnames=tuple(name for name in env.get("P2_CHANNEL_IFNAMES", "").split(",") if name),
+                   service=service, token=env.get("P2_TOKEN", "").strip() or None,
+                   token_file=env.get("P2_TOKEN_FILE") or None, tls_ca=env.get("P2_TLS_CA") or None,
+                   tls_cert=tls_cert, tls_key=tls_key, job=env.get("P2_JOB", "").strip() or None,
+                   switch_every=_switch_every(env.get("P2_SWITCH_EVERY", "").strip()),
+                   prepare_timeout=_prepare_timeout(env.get("P2_PREPARE_TIMEOUT", "").strip()))
+
+
+def _switch_every(text: str) -> int:
+    if not text:
+        return DEFAULT_SWITCH_EVERY
+    try:
+        every = int(text)
+    except ValueError:
+        raise InvalidInputError(f"P2_SWITCH_EVERY={text!r} is not a whole number of iterations") from None
+    if every < 1:
+        raise InvalidInputError(f"P2_SWITCH_EVERY={every} must be at least 1")
+    return every
+
+
+def _prepare_timeout(text: str) -> float:
+    if not text:
+        return DEFAULT_PREPARE_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise InvalidInputError(f"P2_PREPARE_TIMEOUT={text!r} is not a number of seconds") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise InvalidInputError(f"P2_PREPARE_TIMEOUT={text} must be a positive number of seconds")
+    return seconds
+
+
+def default_job(environ: Mapping[str, str], store_address: str | None = None) -> str | None:
+    """The job id when ``P2_JOB`` is unset: torchrun's ``TORCHELASTIC_RUN_ID``,
+    else ``MASTER_ADDR:MASTER_PORT``, else ``store_address`` (the rendezvous
+    store's ``host:port``) — the same on every rank of one run, different for
+    two runs at once. Resolved where the link starts, from the mapping given."""
+    run_id = environ.get("TORCHELASTIC_RUN_ID", "").strip()
+    if run_id and run_id != "none":
+        return run_id
+    address, port = environ.get("MASTER_ADDR", "").strip(), environ.get("MASTER_PORT", "").strip()
+    if address and port:
+        return f"{address}:{port}"
+    return store_address

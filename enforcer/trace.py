@@ -22,8 +22,11 @@ sequence when the trace is exported: the ops before the first full period
 (setup, e.g. DDP's initial parameter broadcast) get iteration ``-1``.
 
 Waits are the dispatcher's measured waits for the next motif in plan order
-(Syndicate Pseudocode 2), and ``bypassed`` counts ops that reached the inner
-backend without passing through the enforcer.
+(Syndicate Pseudocode 2), ``bypassed`` counts ops that reached the inner
+backend without passing through the enforcer, and ``switches`` lists the plans
+the optimizer service switched this rank to (``iteration``, ``version``, and
+``at``, seconds since the trace started; :mod:`enforcer.switching`): ops are
+``enforced`` from that iteration on.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ class Tracer:
         self._ops: deque[OpRecord] = deque(maxlen=limit)
         self._dropped = 0
         self._waits: deque[Wait] = deque(maxlen=limit)
+        self.waited = 0.0                   # all dispatcher waits so far, seconds (telemetry takes differences)
         self._lock = threading.Lock()
         self.iteration = 0
         self.steps = 0
@@ -80,6 +84,7 @@ class Tracer:
         self._group_seq: dict[str, int] = {}
         self.bypassed: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
+        self.switches: list[dict] = []     # plans the optimizer service switched to, at which iteration
 
     def now(self) -> float:
         return time.perf_counter() - self.started
@@ -110,7 +115,31 @@ class Tracer:
             return self.iteration
 
     def wait(self, order: int, seconds: float) -> None:
+        # No lock, as before: a dispatcher must not wait behind an export. The
+        # total is telemetry only (two groups' dispatchers adding at once may lose one wait).
         self._waits.append(Wait(self.iteration, order, seconds))
+        self.waited += seconds
+
+    def switched(self, version: int, iteration: int) -> None:
+        """A service plan runs from ``iteration`` on (:mod:`enforcer.switching`)."""
+        with self._lock:
+            self.switches.append({"iteration": iteration, "version": version, "at": self.now()})
+
+    def iteration_ops(self, iteration: int, limit: int) -> list[OpRecord]:
+        """The newest ``limit`` ops of ``iteration``, oldest first (the records
+        themselves: a completion may still be filled in), for per-iteration
+        telemetry. Scans back from the end of the trace: meant for the
+        iteration that just ended."""
+        found: list[OpRecord] = []
+        with self._lock:
+            for record in reversed(self._ops):
+                if record.iteration > iteration:        # the next iteration's first ops (another thread)
+                    continue
+                if record.iteration < iteration or len(found) == limit:
+                    break
+                found.append(record)
+        found.reverse()
+        return found
 
     def wait_seconds(self) -> float:
         return sum(w.seconds for w in list(self._waits))
@@ -148,6 +177,7 @@ class Tracer:
             "waits": waits,
             "op_counts": dict(self.counts),
             "bypassed": dict(self.bypassed),
+            "switches": list(self.switches),
         }
 
     def export(self, path: str | os.PathLike) -> Path:

@@ -7,8 +7,9 @@ JSON with ``format`` :data:`TRACE_FORMAT`, ``version`` :data:`TRACE_VERSION`,
 ``rank``, ``world_size``, ``started_unix``, ``boundaries`` (``step``,
 ``detected`` or ``none``), ``iterations`` (``index``, ``ops``, ``start``,
 ``end``), ``ops`` (the fields of :class:`OpRecord` plus ``gap``),
-``dropped_ops``, ``waits`` (the fields of :class:`Wait`), ``op_counts`` and
-``bypassed``; the field meanings are in :mod:`enforcer.trace`.
+``dropped_ops``, ``waits`` (the fields of :class:`Wait`), ``op_counts``,
+``bypassed`` and ``switches`` (``iteration``, ``version``, ``at``: the service
+plans this rank switched to); the field meanings are in :mod:`enforcer.trace`.
 """
 
 from __future__ import annotations

@@ -1,0 +1,211 @@
+"""The service link in one process: backoff, one log line per outage, Register, telemetry, token and TLS.
+
+Real gRPC servers on port 0 (or a port where nothing listens); no torch.distributed world — the
+plan builder is a stand-in that records what it is asked (the multi-rank tests with real
+builds are in ``test_service_link.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent import futures
+
+import grpc
+import pytest
+import torch.distributed as dist
+
+from enforcer.link import BACKOFF_MAX, TELEMETRY_QUEUE, Link, RankIdentity, _store_address, backoff
+from enforcer.settings import EnforcerSettings
+from enforcer.trace import Tracer
+from p2.v1 import enforcer_link_pb2 as link_pb2
+from p2.v1 import enforcer_link_pb2_grpc
+from tests.support.certs import MISSING, have_openssl, make_certificates
+from tests.support.service_process import free_port
+
+IDENTITY = RankIdentity("unit-job", 1, 2, "host", 1, "cpu:gloo", "2.x", "test", 5)
+
+
+class NoPlans:
+    """Stands in for :class:`enforcer.prepare.PreparedPlans` (these tests build nothing)."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    def build(self, version, plan, report) -> None:
+        raise AssertionError("nothing is prepared in these tests")
+
+    def discard(self, version) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Recorder(enforcer_link_pb2_grpc.EnforcerLinkServicer):
+    """Answers Register with Registered and records what came, and with which metadata."""
+
+    def __init__(self) -> None:
+        self.registers: list[link_pb2.Register] = []
+        self.metadata: list[dict] = []
+        self.telemetry: list[link_pb2.Telemetry] = []
+        self.registered = threading.Event()
+
+    def Connect(self, request_iterator, context):
+        self.metadata.append(dict(context.invocation_metadata()))
+        first = next(request_iterator)
+        self.registers.append(first.register)
+        threading.Thread(target=self._read, args=(request_iterator,), daemon=True).start()
+        yield link_pb2.ServiceMessage(registered=link_pb2.Registered(job_id=first.register.job_id, epoch=1))
+        self.registered.set()
+        while context.is_active():
+            time.sleep(0.05)
+
+    def _read(self, request_iterator) -> None:
+        try:
+            for message in request_iterator:
+                if message.WhichOneof("body") == "telemetry":
+                    self.telemetry.append(message.telemetry)
+        except grpc.RpcError:
+            pass
+
+
+def serve(servicer, credentials=None) -> tuple[grpc.Server, int]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    enforcer_link_pb2_grpc.add_EnforcerLinkServicer_to_server(servicer, server)
+    port = (server.add_insecure_port("127.0.0.1:0") if credentials is None
+            else server.add_secure_port("127.0.0.1:0", credentials))
+    server.start()
+    return server, port
+
+
+def wait_for(condition, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_backoff_doubles_from_half_a_second_to_thirty_with_jitter():
+    assert [backoff(n, lambda: 0.5) for n in range(8)] == [0.5, 1, 2, 4, 8, 16, 30, 30]
+    assert backoff(0, lambda: 0.0) == 0.375 and backoff(0, lambda: 1.0) == 0.625
+    assert backoff(10, lambda: 1.0) == BACKOFF_MAX and backoff(10_000, lambda: 0.0) == BACKOFF_MAX
+
+
+def test_an_unreachable_service_is_logged_once_while_the_link_keeps_trying(caplog):
+    caplog.set_level(logging.DEBUG, logger="enforcer")
+    plans = NoPlans()
+    link = Link(EnforcerSettings(service=f"127.0.0.1:{free_port()}"), IDENTITY, Tracer(1, 2), plans).start()
+    try:
+        wait_for(lambda: link.attempts >= 3)
+    finally:
+        link.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "rank 1 cannot reach the optimizer service" in warnings[0], warnings
+    assert "training goes on with plan v0" in warnings[0]
+    assert sum("attempt" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG) >= 2
+    assert plans.closed and not link.connected
+
+
+def test_register_carries_the_rank_and_its_state_and_the_token_goes_as_metadata(tmp_path):
+    recorder = Recorder()
+    server, port = serve(recorder)
+    token_file = tmp_path / "token"
+    token_file.write_text("file-token\n")
+    tracer = Tracer(1, 2)
+    for _ in range(3):
+        tracer.step()
+    link = Link(EnforcerSettings(service=f"127.0.0.1:{port}", token="env-token", token_file=str(token_file)),
+                IDENTITY, tracer, NoPlans()).start()
+    try:
+        wait_for(lambda: link.connected)
+        link.iteration_done(3)
+        wait_for(lambda: recorder.telemetry)
+    finally:
+        link.close()
+        server.stop(None)
+    register, = recorder.registers
+    assert (register.job_id, register.rank, register.world_size, register.host, register.local_rank) == \
+        ("unit-job", 1, 2, "host", 1)
+    assert (register.backend, register.switch_every, register.iteration, register.running_version) == \
+        ("cpu:gloo", 5, 3, 0)
+    assert recorder.metadata[0]["authorization"] == "Bearer file-token"      # the file wins over P2_TOKEN
+    assert recorder.telemetry[0].iteration == 3 and recorder.telemetry[0].job_id == "unit-job"
+    assert any("got Registered(e1" in line for line in link.history)
+
+
+def test_telemetry_waits_in_a_bounded_queue_that_drops_the_oldest():
+    tracer = Tracer(0, 1)
+    record = tracer.issue("all_reduce", "float32", 64, (0,), "0")
+    tracer.complete(record)
+    link = Link(EnforcerSettings(service="127.0.0.1:1"), IDENTITY, tracer, NoPlans())     # never started
+    link.iteration_done(0)
+    for iteration in range(1, 100):
+        tracer.step()
+        link.iteration_done(iteration)
+    assert link.telemetry_dropped == 100 - TELEMETRY_QUEUE
+    requests = link._requests(link._stream)
+    assert next(requests).WhichOneof("body") == "register"
+    first = next(requests).telemetry
+    assert first.iteration == 100 - TELEMETRY_QUEUE and first.ops == []
+    link2 = Link(EnforcerSettings(service="127.0.0.1:1"), IDENTITY, Tracer(0, 1), NoPlans())
+    link2.tracer.complete(link2.tracer.issue("broadcast", "float32", 8, (0, 1), "0"))
+    link2.iteration_done(0)
+    requests = link2._requests(link2._stream)
+    next(requests)
+    op, = next(requests).telemetry.ops
+    assert (op.seq, op.kind, op.bytes, list(op.group)) == (0, "broadcast", 8, [0, 1])
+    assert 0 <= op.issue_seconds <= op.complete_seconds
+
+
+def test_the_ops_of_the_iteration_that_ended_newest_first_cut_to_the_limit():
+    tracer = Tracer(0, 1)
+    for nbytes in (1, 2, 3):
+        tracer.issue("all_reduce", "float32", nbytes, (0,), "0")
+    tracer.step()
+    tracer.issue("broadcast", "float32", 9, (0,), "0")        # the next iteration began on another thread
+    assert [r.bytes for r in tracer.iteration_ops(0, 2)] == [2, 3]
+    assert [r.bytes for r in tracer.iteration_ops(0, 10)] == [1, 2, 3]
+
+
+@pytest.mark.skipif(not have_openssl(), reason=MISSING)
+def test_mutual_tls(tmp_path):
+    certs = make_certificates(tmp_path)
+    credentials = grpc.ssl_server_credentials([(certs.server_key.read_bytes(), certs.server_cert.read_bytes())],
+                                              root_certificates=certs.ca.read_bytes(), require_client_auth=True)
+    recorder = Recorder()
+    server, port = serve(recorder, credentials)
+    settings = EnforcerSettings(service=f"localhost:{port}", tls_ca=str(certs.ca), tls_cert=str(certs.client_cert),
+                                tls_key=str(certs.client_key))
+    link = Link(settings, IDENTITY, Tracer(1, 2), NoPlans()).start()
+    try:
+        wait_for(lambda: link.connected)
+    finally:
+        link.close()
+    without = Link(EnforcerSettings(service=f"localhost:{port}", tls_ca=str(certs.ca)), IDENTITY, Tracer(1, 2),
+                   NoPlans()).start()
+    try:
+        wait_for(lambda: without.attempts >= 2)
+        assert not without.connected                     # no client certificate: refused
+    finally:
+        without.close()
+        server.stop(None)
+    assert len(recorder.registers) == 1
+
+
+def test_a_missing_token_file_is_logged_and_the_link_stays_idle(caplog, tmp_path):
+    link = Link(EnforcerSettings(service="127.0.0.1:1", token_file=str(tmp_path / "absent")), IDENTITY,
+                Tracer(0, 1), NoPlans()).start()
+    link._thread.join(5)
+    link.close()
+    assert link.attempts == 0
+    assert any("cannot read P2_TOKEN_FILE" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
+
+
+def test_the_store_address_is_found_under_the_prefixes():
+    server = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
+    wrapped = dist.PrefixStore("default_pg/", dist.PrefixStore("attempt_0/", server))
+    assert _store_address(wrapped) == f"127.0.0.1:{server.port}"
+    assert _store_address(dist.HashStore()) is None
+
