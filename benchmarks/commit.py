@@ -140,9 +140,9 @@ def plot(results: dict, path: Path) -> None:
     axis.set_xscale("log", base=2)
     axis.set_yscale("log")
     axis.set_xlabel("ranks")
-    axis.set_ylabel("commit latency (ms): Prepare sent -> every Commit acked")
+    axis.set_ylabel("commit latency (ms)")
+    axis.set_title("two-phase commit through p2 serve: submit -> every rank acked Commit", fontsize=9)
     axis.legend()
-    axis.set_title("two-phase commit through p2 serve")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
