@@ -63,13 +63,7 @@ class EnforcerSettings:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EnforcerSettings:
         env = os.environ if environ is None else environ
-        limit_text = env.get("P2_TRACE_LIMIT", "").strip()
-        try:
-            limit = int(limit_text) if limit_text else DEFAULT_TRACE_LIMIT
-        except ValueError:
-            raise InvalidInputError(f"P2_TRACE_LIMIT={limit_text!r} is not a whole number of ops") from None
-        if limit < 1:
-            raise InvalidInputError(f"P2_TRACE_LIMIT={limit} must be at least 1")
+        limit = _at_least_one("P2_TRACE_LIMIT", env.get("P2_TRACE_LIMIT", "").strip(), DEFAULT_TRACE_LIMIT, "ops")
         bypass = env.get("P2_COUNT_BYPASS", "1").strip()
         if bypass not in ("0", "1"):
             raise InvalidInputError(f"P2_COUNT_BYPASS={bypass!r} must be 0 or 1")
@@ -85,20 +79,22 @@ class EnforcerSettings:
                    service=service, token=env.get("P2_TOKEN", "").strip() or None,
                    token_file=env.get("P2_TOKEN_FILE") or None, tls_ca=env.get("P2_TLS_CA") or None,
                    tls_cert=tls_cert, tls_key=tls_key, job=env.get("P2_JOB", "").strip() or None,
-                   switch_every=_switch_every(env.get("P2_SWITCH_EVERY", "").strip()),
+                   switch_every=_at_least_one("P2_SWITCH_EVERY", env.get("P2_SWITCH_EVERY", "").strip(),
+                                              DEFAULT_SWITCH_EVERY, "iterations"),
                    prepare_timeout=_prepare_timeout(env.get("P2_PREPARE_TIMEOUT", "").strip()))
 
 
-def _switch_every(text: str) -> int:
+def _at_least_one(name: str, text: str, default: int, unit: str) -> int:
+    """The whole number ``text`` (``default`` when empty), at least 1; one line naming ``name`` otherwise."""
     if not text:
-        return DEFAULT_SWITCH_EVERY
+        return default
     try:
-        every = int(text)
+        number = int(text)
     except ValueError:
-        raise InvalidInputError(f"P2_SWITCH_EVERY={text!r} is not a whole number of iterations") from None
-    if every < 1:
-        raise InvalidInputError(f"P2_SWITCH_EVERY={every} must be at least 1")
-    return every
+        raise InvalidInputError(f"{name}={text!r} is not a whole number of {unit}") from None
+    if number < 1:
+        raise InvalidInputError(f"{name}={number} must be at least 1")
+    return number
 
 
 def _prepare_timeout(text: str) -> float:

@@ -53,7 +53,7 @@ from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan import Plan
 from optimizer_service.service import requests
 from optimizer_service.service.events import EventBus
-from optimizer_service.service.jobs import Job, PlanState, RankInfo, RankSession
+from optimizer_service.service.jobs import LIVE, Job, PlanState, RankInfo, RankSession
 from optimizer_service.service.store.base import PlanStore, StoredPlan
 from p2.v1 import enforcer_link_pb2 as link
 
@@ -143,13 +143,8 @@ class ServiceCore:
             saved = await self._io(self.store.get_plan_state, job_id, version)
             if saved is not None:
                 job.plans[version] = PlanState.from_dict(saved)
-        decided_unix = {}
         for record in log_records:          # the log, not the saved states, says what was decided
             self._observe_record(job, record)
-            if record.get("type") == "decision":
-                decided_unix[record["version"]] = record.get("time", 0.0)
-        for version, unix in decided_unix.items():
-            job.plans[version].decided_unix = unix
         self.jobs[job_id] = job
         async with job.lock:
             await self._execute(job, actions)
@@ -207,7 +202,7 @@ class ServiceCore:
         elif record.get("type") == "decision":
             plan.decision = record["decision"]
             plan.reason = record.get("reason", "")
-            plan.decided_unix = self.clock()
+            plan.decided_unix = record.get("time", self.clock())
             plan.epoch = record.get("epoch", plan.epoch)
         plan.dirty = True
 
@@ -271,13 +266,13 @@ class ServiceCore:
                                                message.torch_version, message.enforcer_version, True,
                                                message.running_version, message.iteration, now)
             was_live = job.was_live
-            if job.state == "live":
+            if job.state == LIVE:
                 job.was_live = True
             session.send(link.ServiceMessage(registered=link.Registered(
                 job_id=job.job_id, epoch=self.epoch, committed_version=job.coordinator.committed)))
             self.events.publish(job.job_id, "registered", message.running_version,
                                 f"host {message.host or '?'}, {message.backend or '?'}", message.rank)
-            if job.state == "live":
+            if job.state == LIVE:
                 self.events.publish(job.job_id, "live", 0, f"all {job.world_size} ranks connected")
             await self._step(job, Joined(message.rank, message.running_version, tuple(message.held_versions),
                                          message.iteration))
@@ -297,7 +292,7 @@ class ServiceCore:
             async with job.lock:
                 if vote.version in job.plans and vote.epoch == self.epoch:
                     self._rank_state(job, vote.version, session.rank, "voted_yes" if vote.yes else "voted_no",
-                                     requests.reason(vote.reason, "vote.reason"))
+                                     requests.reason(vote.reason))
                 await self._step(job, VoteIn(vote))
         elif body == "ack":
             ack = ack_from_proto(message.ack, session.rank)

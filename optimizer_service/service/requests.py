@@ -79,5 +79,6 @@ def telemetry(message, world_size: int) -> None:
             seconds(getattr(op, name), f"{where}.{name}")
 
 
-def reason(value: str, field: str) -> str:
+def reason(value: str) -> str:
+    """A reason a rank gave, cut to one line of at most MAX_TEXT characters when it is longer."""
     return " ".join(value.split())[:MAX_TEXT] if len(value) > MAX_TEXT else value

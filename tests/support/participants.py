@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import grpc
 
 from optimizer_service.control import participant as decide
+from optimizer_service.control.messages import Abort, Commit, Prepare
 from optimizer_service.control.participant import (
     AbortIn,
     Build,
@@ -70,7 +71,7 @@ class SimRank:
             if message.WhichOneof("body") == "registered":
                 self.registered.set()
             return []
-        event = {"Prepare": PrepareIn, "Commit": CommitIn, "Abort": AbortIn}[type(decision).__name__](decision)
+        event = {Prepare: PrepareIn, Commit: CommitIn, Abort: AbortIn}[type(decision)](decision)
         return self._run(event)
 
     def _run(self, event) -> list[link.RankMessage]:

@@ -18,7 +18,6 @@ from optimizer_service.plan import Plan
 from p2.v1 import optimizer_pb2 as api
 from p2.v1 import optimizer_pb2_grpc
 from tests.support.cli import p2
-from tests.support.redis_server import MISSING, redis_server_path, start_redis
 from tests.support.service_process import Ranks, ServeProcess, free_port
 
 pytestmark = pytest.mark.slow
@@ -26,14 +25,6 @@ pytestmark = pytest.mark.slow
 POINTS = ["prepare-persisted", "prepare-sent-to-one", "before-decision-persisted", "decision-persisted",
           "commit-sent-to-one"]
 WORLD = 3
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    if redis_server_path() is None:
-        pytest.skip(MISSING)
-    with start_redis(tmp_path_factory.mktemp("redis")) as server:
-        yield server
 
 
 def _settled(address: str, ranks: Ranks) -> api.PlanRecord:

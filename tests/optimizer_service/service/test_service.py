@@ -19,19 +19,10 @@ from optimizer_service.plan.proto_codec import plan_to_proto
 from optimizer_service.service.auth import bearer
 from optimizer_service.service.server import Service, ServiceConfig
 from p2.v1 import optimizer_pb2 as api
-from p2.v1 import optimizer_pb2_grpc
+from p2.v1 import optimizer_pb2_grpc, plan_pb2
 from tests.support.participants import SimRank, run_rank
-from tests.support.redis_server import MISSING, redis_server_path, start_redis
 
 FAST = Timing(vote_timeout=3.0, resend_interval=0.2, switch_margin=2)
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    if redis_server_path() is None:
-        pytest.skip(MISSING)
-    with start_redis(tmp_path_factory.mktemp("redis")) as server:
-        yield server
 
 
 @pytest.fixture(params=["sqlite", "redis"])
@@ -107,7 +98,7 @@ def run(scenario, cfg: ServiceConfig):
     return asyncio.run(main())
 
 
-def empty_plan(world: int) -> api.SubmitPlanRequest:
+def empty_plan(world: int) -> plan_pb2.Plan:
     return plan_to_proto(Plan(1, world, {0: None}, ()))
 
 

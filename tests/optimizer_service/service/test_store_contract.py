@@ -39,14 +39,6 @@ ROOT = Path(__file__).resolve().parents[3]
 STORE_PACKAGE = ROOT / "optimizer_service" / "service" / "store"
 
 
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    if redis_server_path() is None:
-        pytest.skip(MISSING)
-    with start_redis(tmp_path_factory.mktemp("redis")) as server:
-        yield server
-
-
 @pytest.fixture(params=["sqlite", "redis"])
 def reopen(request, tmp_path):
     """Opens a new store on this test's data on every call (all closed at the end)."""
