@@ -20,6 +20,7 @@ from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_to_proto
 from optimizer_service.service.server import ServiceConfig
 from optimizer_service.service.server import serve as run_service
+from optimizer_service.service.store.base import StoreError
 from optimizer_service.service.store.url import default_store_path
 from optimizer_service.settings import Settings
 from p2.v1 import optimizer_pb2 as api
@@ -69,7 +70,12 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
         click.echo(f"p2 serve: listening on {listen.rsplit(':', 1)[0]}:{service.port}, store "
                    f"{service.core.store.url}", err=True)
 
-    asyncio.run(run_service(config, ready))
+    try:
+        asyncio.run(run_service(config, ready))
+    except InvalidInputError:
+        raise                           # a bad URL or address: exit 2
+    except StoreError as error:         # the store is down, or a newer service took it over: exit 1
+        raise JobFailedError(str(error)) from None
 
 
 # ------------------------------------------------------------------- jobs

@@ -19,6 +19,13 @@ on it), so the event loop never blocks on a disk or on Redis.
 before) and recovers every stored job from its decision log
 (``coordinator.recover``): a plan prepared without a decision is aborted, a
 decided commit is re-sent to the ranks as they reconnect.
+
+**Fencing.** Every log append carries the service's epoch and the store refuses
+it once a newer service took a higher one (:class:`StoreFencedError`). A
+replaced service that is still running therefore cannot make a decision
+durable, so it never sends the Commit or Abort behind it; it sets
+:attr:`ServiceCore.fenced`, closes its ranks' streams (they reconnect, to the
+newer service) and :func:`~optimizer_service.service.server.serve` exits.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ from optimizer_service.plan import Plan
 from optimizer_service.service import requests
 from optimizer_service.service.events import EventBus
 from optimizer_service.service.jobs import LIVE, Job, PlanState, RankInfo, RankSession
-from optimizer_service.service.store.base import PlanStore, StoredPlan
+from optimizer_service.service.store.base import PlanStore, StoredPlan, StoreFencedError
 from p2.v1 import enforcer_link_pb2 as link
 
 log = logging.getLogger("p2.service")
@@ -83,6 +90,8 @@ class ServiceCore:
         self.epoch = 0
         self._io_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="p2-store")
         self._ticker: asyncio.Task | None = None
+        self.fenced = asyncio.Event()
+        self.fenced_by: StoreFencedError | None = None
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -171,7 +180,11 @@ class ServiceCore:
             if isinstance(action, Persist):
                 kind = action.record.get("type")
                 await self._fault(f"before-{kind}-persisted")
-                await self._io(self.store.append_log, job.job_id, action.record)
+                try:
+                    await self._io(self.store.append_log, job.job_id, action.record, self.epoch)
+                except StoreFencedError as error:
+                    self._fence(error)
+                    raise
                 self._observe_record(job, action.record)
                 await self._fault(f"{kind}-persisted")
             elif isinstance(action, Send):
@@ -190,6 +203,16 @@ class ServiceCore:
                 self.events.publish(job.job_id, action.kind, action.version, action.message, action.rank)
             elif isinstance(action, Refuse):
                 pass            # the caller reads it from the returned actions
+
+    def _fence(self, error: StoreFencedError) -> None:
+        """A newer service owns the store: decide nothing more, let the ranks go."""
+        if self.fenced_by is None:
+            self.fenced_by = error
+            log.error("service: %s", error)
+            for job in self.jobs.values():
+                for session in list(job.sessions.values()):
+                    session.close()
+        self.fenced.set()
 
     def _observe_record(self, job: Job, record: dict) -> None:
         version = record.get("version")

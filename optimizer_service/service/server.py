@@ -107,7 +107,8 @@ class Service:
 
 
 async def serve(config: ServiceConfig, ready: Callable[[Service], None] | None = None) -> None:
-    """Run the service until SIGTERM or SIGINT."""
+    """Run the service until SIGTERM or SIGINT, or until a newer service takes
+    its store over (then it raises the :class:`StoreFencedError` after stopping)."""
     service = Service(config)
     await service.start()
     stop = asyncio.Event()
@@ -116,6 +117,12 @@ async def serve(config: ServiceConfig, ready: Callable[[Service], None] | None =
         loop.add_signal_handler(sig, stop.set)
     if ready is not None:
         ready(service)
-    await stop.wait()
+    signalled = loop.create_task(stop.wait())
+    fenced = loop.create_task(service.core.fenced.wait())
+    await asyncio.wait((signalled, fenced), return_when=asyncio.FIRST_COMPLETED)
+    signalled.cancel()
+    fenced.cancel()
     log.info("service: stopping")
     await service.stop()
+    if service.core.fenced_by is not None:
+        raise service.core.fenced_by

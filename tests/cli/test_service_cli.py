@@ -10,7 +10,7 @@ import pytest
 from optimizer_service.plan import Plan
 from tests.support.certs import MISSING, have_openssl, make_certificates
 from tests.support.cli import p2
-from tests.support.service_process import Ranks, ServeProcess
+from tests.support.service_process import Ranks, ServeProcess, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -81,6 +81,12 @@ def test_serve_refuses_bad_settings_with_one_line(tmp_path):
         result = p2("serve", "--listen", "127.0.0.1:0", *args)
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and words in result.stderr, result.stderr
+
+
+def test_serve_with_its_store_down_says_so_in_one_line(tmp_path):
+    result = p2("serve", "--listen", "127.0.0.1:0", "--store", f"redis://127.0.0.1:{free_port()}/0")
+    assert result.returncode == 1, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "is unavailable" in result.stderr, result.stderr
 
 
 @pytest.mark.skipif(not have_openssl(), reason=MISSING)

@@ -24,6 +24,7 @@ from optimizer_service.service.store.base import (
     StoreConflictError,
     StoredPlan,
     StoreError,
+    StoreFencedError,
     StoreInputError,
     StoreUnavailableError,
     StoreUrlError,
@@ -35,6 +36,6 @@ from optimizer_service.service.store.validation import JOB_ID_PATTERN, MAX_DOCUM
 
 __all__ = [
     "DEFAULT_PREFIX", "JOB_ID_PATTERN", "MAX_DOCUMENT_BYTES", "MAX_PLAN_BYTES", "PlanStore", "RedisPlanStore",
-    "SqlitePlanStore", "StoreConflictError", "StoreError", "StoreInputError", "StoreUnavailableError",
+    "SqlitePlanStore", "StoreConflictError", "StoreError", "StoreFencedError", "StoreInputError", "StoreUnavailableError",
     "StoreUrlError", "StoredPlan", "default_store_path", "open_store", "parse_store_url", "redact_url",
 ]

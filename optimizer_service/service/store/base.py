@@ -33,6 +33,21 @@ class StoreConflictError(StoreError):
     """A write that would change something immutable (a plan version that already exists)."""
 
 
+class StoreFencedError(StoreConflictError):
+    """A decision-log append by a coordinator whose epoch is no longer the
+    store's: a newer service took over the store, so this one must stop deciding."""
+
+    def __init__(self, message: str, *, ours: int, current: int) -> None:
+        super().__init__(message)
+        self.ours = ours
+        self.current = current
+
+
+def fenced(url: str, ours: int, current: int) -> StoreFencedError:
+    return StoreFencedError(f"store {url} now belongs to a newer service (epoch {current} > this one's {ours}); "
+                            "this service must stop", ours=ours, current=current)
+
+
 class StoreUnavailableError(StoreError):
     """The backend is unreachable or refused the operation (Redis down, SQLite file
     unwritable); the message names the store's URL with its password redacted."""
@@ -89,8 +104,14 @@ class PlanStore(abc.ABC):
 
     # the coordinator's decision log: append-only
     @abc.abstractmethod
-    def append_log(self, job_id: str, record: dict) -> int:
-        """Append a record, durable when this returns; its sequence number (1, 2, ... per job)."""
+    def append_log(self, job_id: str, record: dict, epoch: int | None = None) -> int:
+        """Append a record, durable when this returns; its sequence number (1, 2, ... per job).
+
+        With ``epoch`` (the appending coordinator's), the append is fenced: it
+        happens only while the store's epoch is not above ``epoch``, checked and
+        written atomically; otherwise :class:`StoreFencedError` and nothing is
+        written. So a coordinator that a restarted one replaced, but that is still
+        running, can never make a decision durable — nor send the Commit behind it."""
 
     @abc.abstractmethod
     def read_log(self, job_id: str) -> list[dict]:

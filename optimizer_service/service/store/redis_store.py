@@ -34,12 +34,14 @@ from redis.retry import Retry
 from optimizer_service.service.store.base import (
     PlanStore,
     StoreConflictError,
+    fenced,
     StoredPlan,
     StoreError,
     StoreInputError,
     StoreUnavailableError,
 )
 from optimizer_service.service.store.validation import (
+    MAX_EPOCH,
     MAX_TELEMETRY_KEEP,
     check_count,
     check_job_id,
@@ -65,6 +67,13 @@ redis.call('HSET', KEYS[2], ARGV[1], ARGV[3])
 local last = tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')
 if last < tonumber(ARGV[1]) then redis.call('HSET', KEYS[3], ARGV[4], ARGV[1]) end
 return 1
+"""
+
+# KEYS: epoch, log; ARGV: the appender's epoch, record text. {0, current} when fenced.
+_FENCED_APPEND = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if current > tonumber(ARGV[1]) then return {0, current} end
+return redis.call('RPUSH', KEYS[2], ARGV[2])
 """
 
 
@@ -175,11 +184,20 @@ class RedisPlanStore(PlanStore):
             text = client.hget(self._key("plan_state", job_id), str(version))
         return None if text is None else decode_document(text, f"plan state {job_id} v{version}")
 
-    def append_log(self, job_id: str, record: dict) -> int:
+    def append_log(self, job_id: str, record: dict, epoch: int | None = None) -> int:
         check_job_id(job_id)
+        if epoch is not None:
+            check_count("epoch", epoch, 1, MAX_EPOCH)
         text = encode_document(record, "log record")
         with self._guard() as client:
-            return int(client.rpush(self._key("log", job_id), text))
+            if epoch is None:
+                return int(client.rpush(self._key("log", job_id), text))
+            # One Lua script: Redis runs it atomically, so no newer epoch can slip
+            # between the check and the append.
+            answer = client.eval(_FENCED_APPEND, 2, self._key("epoch"), self._key("log", job_id), epoch, text)
+        if isinstance(answer, list):
+            raise fenced(self.url, epoch, int(answer[1]))
+        return int(answer)
 
     def read_log(self, job_id: str) -> list[dict]:
         check_job_id(job_id)

@@ -19,11 +19,13 @@ from pathlib import Path
 from optimizer_service.service.store.base import (
     PlanStore,
     StoreConflictError,
+    fenced,
     StoredPlan,
     StoreError,
     StoreUnavailableError,
 )
 from optimizer_service.service.store.validation import (
+    MAX_EPOCH,
     MAX_TELEMETRY_KEEP,
     check_count,
     check_job_id,
@@ -193,10 +195,16 @@ class SqlitePlanStore(PlanStore):
                              (job_id, version)).fetchone()
         return None if row is None else decode_document(row[0], f"plan state {job_id} v{version}")
 
-    def append_log(self, job_id: str, record: dict) -> int:
+    def append_log(self, job_id: str, record: dict, epoch: int | None = None) -> int:
         check_job_id(job_id)
+        if epoch is not None:
+            check_count("epoch", epoch, 1, MAX_EPOCH)
         text = encode_document(record, "log record")
-        with self._transaction() as db:
+        with self._transaction() as db:          # BEGIN IMMEDIATE: the check and the insert are one write
+            if epoch is not None:
+                row = db.execute("SELECT value FROM counters WHERE name = 'epoch'").fetchone()
+                if row is not None and row[0] > epoch:
+                    raise fenced(self.url, epoch, row[0])
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM decision_log WHERE job_id = ?",
                              (job_id,)).fetchone()[0]
             db.execute("INSERT INTO decision_log (job_id, seq, record) VALUES (?, ?, ?)", (job_id, seq, text))

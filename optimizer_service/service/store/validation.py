@@ -18,6 +18,8 @@ MAX_DOCUMENT_DEPTH = 64
 """Deepest nesting of lists and objects in a document."""
 MAX_VERSION = 2**53 - 1
 """Largest plan version: exact in a double, which is how Redis's Lua sees numbers."""
+MAX_EPOCH = 2**53 - 1
+"""Largest coordinator epoch (exact in Redis's Lua numbers too)."""
 MAX_TELEMETRY_KEEP = 1_000_000
 """Most telemetry summaries one job may keep."""
 

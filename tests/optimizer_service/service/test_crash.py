@@ -17,6 +17,7 @@ from optimizer_service.control.switch import agree, proposal
 from optimizer_service.plan import Plan
 from p2.v1 import optimizer_pb2 as api
 from p2.v1 import optimizer_pb2_grpc
+from optimizer_service.service.store import open_store
 from tests.support.cli import p2
 from tests.support.service_process import Ranks, ServeProcess, free_port
 
@@ -77,3 +78,40 @@ def test_a_crash_at_any_point_ends_with_every_rank_on_the_same_plan(tmp_path, st
     common = min(proposal(sim.state, boundary) for sim in ranks.ranks)
     running = {agree(sim.state, boundary, common)[0].running for sim in ranks.ranks}
     assert running == {1 if committed else 0}
+
+
+@pytest.mark.parametrize("store", ["sqlite", "redis"])
+def test_a_replaced_service_that_still_runs_is_fenced_and_decides_nothing(tmp_path, store, request):
+    """Two ``p2 serve`` on one store: the newer takes a higher epoch; the older,
+    still alive, cannot persist a Prepare any more, so it sends nothing, says so
+    in one line and exits 1; the store's log holds nothing of it."""
+    url = (f"sqlite:///{tmp_path / 'service.db'}" if store == "sqlite"
+           else f"{request.getfixturevalue('redis_server').url}?prefix=fence:")
+    old = ServeProcess(tmp_path, store=url)
+    ranks = Ranks(old.address, "fence", WORLD)
+    try:
+        deadline = time.monotonic() + 30
+        while not ranks.registered():
+            assert time.monotonic() < deadline, "the ranks did not register"
+            time.sleep(0.05)
+        newer = ServeProcess(tmp_path, store=url)
+        try:
+            plan_file = tmp_path / "plan.json"
+            plan_file.write_text(Plan(1, WORLD, {0: None}, ()).to_json())
+            submitted = p2("plan", "submit", "--job", "fence", str(plan_file), "--service", old.address,
+                           "--timeout", "5")
+            code, log = old.wait_dead()
+        finally:
+            newer.stop()
+    finally:
+        ranks.close()
+        if old.process.poll() is None:
+            old.stop()
+    assert submitted.returncode != 0
+    assert code == 1, log
+    assert "belongs to a newer service (epoch 2 > this one's 1)" in log
+    assert log.strip().splitlines()[-1].startswith("p2 serve: error: store ")
+    assert not any(sim.state.prepared for sim in ranks.ranks), "a fenced service sent a Prepare"
+    with open_store(url) as opened:
+        records = opened.read_log("fence")
+    assert [r["type"] for r in records] == ["recover"] and records[0]["epoch"] == 2, records

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from optimizer_service.service.store import (
     MAX_PLAN_BYTES,
     StoreConflictError,
     StoredPlan,
+    StoreFencedError,
     StoreInputError,
     StoreUnavailableError,
     StoreUrlError,
@@ -167,6 +169,48 @@ def test_epochs_increase_across_reopen(reopen):
     store = reopen()
     assert [store.next_epoch(), store.next_epoch()] == [1, 2]
     assert reopen().next_epoch() == 3
+
+
+def test_a_replaced_coordinator_is_fenced_out_of_the_log(reopen):
+    old = reopen()
+    ours = old.next_epoch()
+    assert old.append_log("job", {"i": 1}, epoch=ours) == 1
+    newer = reopen()
+    taken = newer.next_epoch()                       # a restarted service takes the store over
+    with pytest.raises(StoreFencedError, match=f"epoch {taken} > this one's {ours}") as refused:
+        old.append_log("job", {"i": 2}, epoch=ours)
+    assert (refused.value.ours, refused.value.current) == (ours, taken)
+    assert newer.read_log("job") == [{"i": 1}]       # nothing written
+    assert newer.append_log("job", {"i": 3}, epoch=taken) == 2
+    assert old.append_log("job", {"i": 4}) == 3      # unfenced appends (tools, tests) still work
+    with pytest.raises(StoreInputError, match="epoch"):
+        newer.append_log("job", {}, epoch=0)
+
+
+def test_fenced_appends_race_a_takeover_without_a_late_write(reopen):
+    """Appends from the old epoch in one thread while another takes a new
+    epoch: every append the store accepted came before the takeover."""
+    old, newer = reopen(), reopen()
+    ours = old.next_epoch()
+    accepted, stop = [], threading.Event()
+
+    def append() -> None:
+        for i in range(10_000):
+            try:
+                accepted.append(old.append_log("job", {"i": i}, epoch=ours))
+            except StoreFencedError:
+                stop.set()
+                return
+
+    writer = threading.Thread(target=append)
+    writer.start()
+    while not accepted:
+        time.sleep(0.001)
+    newer.next_epoch()
+    marker = newer.append_log("job", {"takeover": True})
+    writer.join(60)
+    assert stop.is_set()
+    assert all(seq < marker for seq in accepted), "an append of the old epoch landed after the takeover"
 
 
 # --- telemetry --------------------------------------------------------------------------------------------------
