@@ -20,9 +20,13 @@ Two things make builds of one version meet on every rank:
   (:meth:`PreparedPlans.discard`). Either way the build reports
   ``Built(version, False, reason)`` and the rank votes no.
 
-Builds use their own connection to the store (``Store.clone``): a TCPStore
+Builds use their own connections to the store (``Store.clone``): a TCPStore
 client serialises its calls, and the rendezvous' blocking waits must not hold up
-the training thread's own store calls (``new_group``).
+the training thread's own store calls (``new_group``), nor another build's. The
+connections are pooled — one per build running at once, reused by later builds —
+because a fresh TCPStore connection per build made every fourth or fifth build
+stall for 5 s on all ranks (measured with 8 ranks: 0.12 s builds, then 5.1 s;
+none with reused connections).
 
 Limit: a rank that fails *after* the barrier (e.g. a channel's interface is
 missing on its host) leaves its peers in the rendezvous until the group's
@@ -71,6 +75,7 @@ class PreparedPlans:
         self._building: dict[int, threading.Event] = {}      # version -> its abort flag
         self._built: dict[int, PlanRuntime] = {}
         self._closed = False
+        self._connections: list[dist.Store] = []              # idle store connections for builds
 
     def build(self, version: int, plan: Plan, report: Callable[[Built], None]) -> None:
         """Build ``plan`` on a builder thread, then ``report`` the outcome."""
@@ -117,8 +122,12 @@ class PreparedPlans:
     def _build(self, version: int, plan: Plan, abort: threading.Event, report: Callable[[Built], None]) -> None:
         runtime, reason = None, ""
         started = time.perf_counter()
+        with self._lock:
+            connection = self._connections.pop() if self._connections else None
         try:
-            store = dist.PrefixStore(store_prefix(version), _own_connection(self.group.store))
+            if connection is None:
+                connection = _own_connection(self.group.store)
+            store = dist.PrefixStore(store_prefix(version), connection)
             reason = self._meet(store, version, abort)
             if not reason:
                 runtime = PlanRuntime(self.group, plan, store_prefix="", store=store)
@@ -129,6 +138,8 @@ class PreparedPlans:
             reason = f"{type(error).__name__}: {error}".splitlines()[0]
         with self._lock:
             self._building.pop(version, None)
+            if connection is not None:
+                self._connections.append(connection)
             closed = self._closed
             if runtime is not None and not closed:
                 self._built[version] = runtime
