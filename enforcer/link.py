@@ -74,6 +74,9 @@ BACKOFF_FIRST = 0.5             # seconds before the first reconnect ...
 BACKOFF_MAX = 30.0              # ... doubling up to this
 TELEMETRY_QUEUE = 64            # iterations of telemetry kept while the stream is slow or down
 TELEMETRY_OPS = 512             # op timings in one Telemetry message (the service takes up to 4096)
+TELEMETRY_MOTIFS = 2048         # motif timings in one Telemetry message (the service takes up to 8192)
+TRACE_CHUNK = 1 << 20           # bytes of trace JSON in one TraceChunk
+MAX_TRACE_BYTES = 64 << 20      # the most trace JSON a rank sends for one request
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024     # a Prepare carries the plan (the service's limit)
 CHANNEL_OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -234,14 +237,36 @@ class Link:
             self._cond.notify_all()
 
     def _telemetry_message(self, item: _Telemetry) -> link_pb2.RankMessage:
+        """Built when sent (not at the boundary), so motifs that finished after it are in."""
+        motifs, dropped = self.tracer.iteration_motifs(item.iteration, TELEMETRY_MOTIFS)
+        waits: dict[int, float] = {}
+        for motif in motifs:
+            waits[motif.op_seq] = waits.get(motif.op_seq, 0.0) + motif.waited
         ops = [link_pb2.OpTiming(seq=record.seq, kind=record.kind, bytes=record.bytes, group=list(record.group),
                                  issue_seconds=max(0.0, record.issued - item.start),
                                  complete_seconds=(0.0 if record.completed is None
-                                                   else max(0.0, record.completed - item.start)))
+                                                   else max(0.0, record.completed - item.start)),
+                                 wait_seconds=waits.get(record.seq, 0.0), group_seq=record.group_seq,
+                                 enforced=record.enforced)
                for record in item.ops]
+        timings = [link_pb2.MotifTiming(op_seq=motif.op_seq, order=motif.order, channel=motif.channel,
+                                        wait_seconds=motif.waited, start_seconds=max(0.0, motif.start - item.start),
+                                        duration_seconds=motif.seconds)
+                   for motif in motifs]
         return link_pb2.RankMessage(telemetry=link_pb2.Telemetry(
             job_id=self.identity.job, iteration=item.iteration, duration_seconds=max(0.0, item.duration),
-            running_version=item.running, ops=ops, wait_seconds=item.wait_seconds))
+            running_version=item.running, ops=ops, wait_seconds=item.wait_seconds, motifs=timings,
+            dropped_motifs=dropped))
+
+    def _send_trace(self, request: link_pb2.RequestTrace) -> None:
+        """The trace window the service asked for, in chunks (on the link thread, never the training's)."""
+        limit = min(request.max_bytes or MAX_TRACE_BYTES, MAX_TRACE_BYTES)
+        data = self.tracer.window(request.iterations, limit)
+        chunks = [data[offset:offset + TRACE_CHUNK] for offset in range(0, len(data), TRACE_CHUNK)] or [b""]
+        for index, chunk in enumerate(chunks):
+            self._send(link_pb2.RankMessage(trace_chunk=link_pb2.TraceChunk(
+                job_id=self.identity.job, request_id=request.request_id, offset=index * TRACE_CHUNK, data=chunk,
+                last=index == len(chunks) - 1)), f"TraceChunk(#{request.request_id} {index + 1}/{len(chunks)})")
 
     # --------------------------------------------------------------- outbox
     def _send(self, message: link_pb2.RankMessage, text: str) -> None:
@@ -372,7 +397,7 @@ class Link:
                          self.identity.rank, self.settings.service, registered.epoch)
             return True
         if body == "request_trace":
-            log.debug("p2enforcer: rank %d: trace requests are not served yet", self.identity.rank)
+            self._send_trace(message.request_trace)
             return False
         try:
             decision = from_service_message(message)

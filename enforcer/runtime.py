@@ -113,6 +113,7 @@ class _Submitted:
     remaining: int = field(init=False)
     dispatched: set[int] = field(default_factory=set)
     waited: bool = False
+    waits: dict[int, float] = field(default_factory=dict)     # motif index -> the dispatcher's wait for it
 
     def __post_init__(self) -> None:
         self.done = [threading.Event() for _ in self.op.motifs]
@@ -337,6 +338,10 @@ class PlanRuntime:
                 hand_over = [(iteration.ops[op_index], motif_index) for op_index, motif_index in step.hand_over]
             if step.waited is not None:
                 self.group.tracer.wait(*step.waited)
+                order, seconds = step.waited
+                for submitted, motif_index in hand_over:
+                    if submitted.op.order[motif_index] == order:
+                        submitted.waits[motif_index] = seconds
             if step.missing is not None:
                 self._missing(step.missing)
             for submitted, motif_index in hand_over:
@@ -373,8 +378,12 @@ class PlanRuntime:
                 submitted, motif_index = queue.popleft()
             for before in self.dependencies[submitted.op_index][motif_index]:
                 submitted.done[before].wait()
+            tracer = self.group.tracer
+            start = tracer.now()
             try:
                 self._run(submitted, submitted.op.motifs[motif_index], channel)
+                tracer.motif(submitted.record, submitted.op.order[motif_index], channel,
+                             submitted.waits.get(motif_index, 0.0), start, tracer.now() - start)
             except Exception as error:  # noqa: BLE001 — handed to whoever waits on the op
                 log.error("p2enforcer: motif %s of op %d failed: %s", submitted.op.motifs[motif_index],
                           submitted.op.key.seq, error)

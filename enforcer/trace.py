@@ -22,7 +22,9 @@ sequence when the trace is exported: the ops before the first full period
 (setup, e.g. DDP's initial parameter broadcast) get iteration ``-1``.
 
 Waits are the dispatcher's measured waits for the next motif in plan order
-(Syndicate Pseudocode 2), ``bypassed`` counts ops that reached the inner
+(Syndicate Pseudocode 2), ``motifs`` every planned motif this rank ran (its
+op, plan order, channel, the wait for its turn, its start and duration on the
+channel: what replanning and cost re-fitting read), ``bypassed`` counts ops that reached the inner
 backend without passing through the enforcer, and ``switches`` lists the plans
 the optimizer service switched this rank to (``iteration``, ``version``, and
 ``at``, seconds since the trace started; :mod:`enforcer.switching`): ops are
@@ -41,7 +43,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from enforcer.settings import DEFAULT_TRACE_LIMIT
-from optimizer_service.plan.trace import TRACE_FORMAT, TRACE_VERSION, OpRecord, Wait
+from optimizer_service.plan.trace import TRACE_FORMAT, TRACE_VERSION, MotifRecord, OpRecord, Wait
 
 
 def detect_period(signatures: Sequence[tuple]) -> tuple[int, int] | None:
@@ -76,6 +78,7 @@ class Tracer:
         self._ops: deque[OpRecord] = deque(maxlen=limit)
         self._dropped = 0
         self._waits: deque[Wait] = deque(maxlen=limit)
+        self._motifs: deque[MotifRecord] = deque(maxlen=limit)
         self.waited = 0.0                   # all dispatcher waits so far, seconds (telemetry takes differences)
         self._lock = threading.Lock()
         self.iteration = 0
@@ -120,6 +123,25 @@ class Tracer:
         self._waits.append(Wait(self.iteration, order, seconds))
         self.waited += seconds
 
+    def motif(self, record: OpRecord, order: int, channel: int, waited: float, start: float,
+              seconds: float) -> None:
+        """A channel worker ran one motif of ``record`` (``start`` on :meth:`now`'s clock).
+        No lock: deque appends are atomic and a worker must not wait behind an export."""
+        self._motifs.append(MotifRecord(record.iteration, record.seq, order, channel, waited, start, seconds))
+
+    def iteration_motifs(self, iteration: int, limit: int) -> tuple[list[MotifRecord], int]:
+        """The first ``limit`` motifs run for ``iteration``'s ops, in the order they
+        finished, and how many more there were (for telemetry, like :meth:`iteration_ops`)."""
+        found: list[MotifRecord] = []
+        for record in reversed(list(self._motifs)):
+            if record.iteration > iteration:
+                continue
+            if record.iteration < iteration:
+                break
+            found.append(record)
+        found.reverse()
+        return found[:limit], max(0, len(found) - limit)
+
     def switched(self, version: int, iteration: int) -> None:
         """A service plan runs from ``iteration`` on (:mod:`enforcer.switching`)."""
         with self._lock:
@@ -150,10 +172,34 @@ class Tracer:
             return self.bypassed[kind]
 
     # ----------------------------------------------------------------- export
+    def window(self, iterations: int, max_bytes: int) -> bytes:
+        """The trace of the last ``iterations`` finished iterations (0: all kept)
+        as JSON, halving the count until it fits ``max_bytes``; the ops of the
+        iteration still running are never in it. ``b""`` when nothing fits."""
+        document = self.to_dict()
+        current = self.iteration
+        stepped = document["boundaries"] == "step"
+        finished = sorted({op["iteration"] for op in document["ops"]
+                           if op["iteration"] >= 0 and (op["iteration"] < current or not stepped)})
+        count = len(finished) if iterations <= 0 else min(iterations, len(finished))
+        while count > 0:
+            keep = set(finished[-count:])
+            text = json.dumps({**document,
+                               "ops": [op for op in document["ops"] if op["iteration"] in keep],
+                               "iterations": [span for span in document["iterations"] if span["index"] in keep],
+                               "waits": [w for w in document["waits"] if w["iteration"] in keep],
+                               "motifs": [m for m in document["motifs"] if m["iteration"] in keep]},
+                              separators=(",", ":")).encode()
+            if len(text) <= max_bytes:
+                return text
+            count //= 2
+        return b""
+
     def to_dict(self) -> dict:
         with self._lock:
             ops = [asdict(r) for r in self._ops]
             waits = [asdict(w) for w in self._waits]
+            motifs = [asdict(m) for m in self._motifs]
             dropped = self._dropped
             steps = self.steps
         boundaries = "step"
@@ -175,6 +221,7 @@ class Tracer:
             "ops": ops,
             "dropped_ops": dropped,
             "waits": waits,
+            "motifs": motifs,
             "op_counts": dict(self.counts),
             "bypassed": dict(self.bypassed),
             "switches": list(self.switches),

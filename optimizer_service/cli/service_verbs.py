@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import click
+import grpc
 
 from optimizer_service.cli.params import write_json
 from optimizer_service.cli.service_client import Client, connect, service_options
@@ -115,6 +116,43 @@ def jobs_show(settings: Settings, job_id: str, json_out: str | None, **options) 
         write_json(job, json_out)
     if json_out != "-":
         click.echo(job_text(job))
+
+
+@jobs.command("trace")
+@click.argument("job_id")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), required=True,
+              help="Folder for the traces: trace.rank<R>.json per rank (p2 optimize --trace reads them).")
+@click.option("--iterations", type=click.IntRange(min=1, max=10_000), default=8, show_default=True,
+              help="The last finished iterations of each rank.")
+@service_options
+@click.option("--json", "json_out", metavar="OUT", help="Write what was written as JSON ('-' for stdout).")
+@click.pass_obj
+def jobs_trace(settings: Settings, job_id: str, out_dir: Path, iterations: int, json_out: str | None,
+               **options) -> None:
+    """Fetch every rank's recent trace from a live job (asked over the ranks'
+    links, nothing stops), ready for 'p2 optimize --trace'.
+
+    \b
+    Example:
+      p2 jobs trace my-job --out traces/ && p2 optimize --trace traces/trace.rank*.json --topology t.yaml
+    """
+    client = _client(settings, options)
+    request = api.GetTracesRequest(job_id=job_id, iterations=iterations, timeout_seconds=max(1.0, client.timeout))
+    try:
+        files = list(client.stub.GetTraces(request, metadata=client.metadata, timeout=client.timeout + 5))
+    except grpc.RpcError as error:
+        raise client.explain(error) from None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for file in files:
+        path = out_dir / f"trace.rank{file.rank}.json"
+        path.write_bytes(file.data)
+        written.append({"rank": file.rank, "path": str(path), "bytes": len(file.data)})
+    if json_out is not None:
+        write_json({"job_id": job_id, "iterations": iterations, "traces": written}, json_out)
+    if json_out != "-":
+        total = sum(item["bytes"] for item in written)
+        click.echo(f"{len(written)} trace(s) of job {job_id}, {total / 1024:.0f} KiB, in {out_dir}")
 
 
 # ------------------------------------------------------------------- plan

@@ -7,7 +7,8 @@ JSON with ``format`` :data:`TRACE_FORMAT`, ``version`` :data:`TRACE_VERSION`,
 ``rank``, ``world_size``, ``started_unix``, ``boundaries`` (``step``,
 ``detected`` or ``none``), ``iterations`` (``index``, ``ops``, ``start``,
 ``end``), ``ops`` (the fields of :class:`OpRecord` plus ``gap``),
-``dropped_ops``, ``waits`` (the fields of :class:`Wait`), ``op_counts``,
+``dropped_ops``, ``waits`` (the fields of :class:`Wait`), ``motifs`` (the
+fields of :class:`MotifRecord`: every planned motif this rank ran), ``op_counts``,
 ``bypassed`` and ``switches`` (``iteration``, ``version``, ``at``: the service
 plans this rank switched to); the field meanings are in :mod:`enforcer.trace`.
 """
@@ -39,6 +40,21 @@ class OpRecord:
     completed: float | None = None
     enforced: bool = False
     root: int = 0           # broadcast: the source's group rank
+
+
+@dataclass(frozen=True)
+class MotifRecord:
+    """One motif of a planned op as a rank ran it: the dispatcher's wait for its
+    turn (Syndicate Pseudocode 2) and its run on its channel, in seconds since
+    the trace started (``start``) and long (``seconds``)."""
+
+    iteration: int
+    op_seq: int         # the op's ``seq`` in its iteration
+    order: int          # the motif's plan sequence number
+    channel: int
+    waited: float
+    start: float
+    seconds: float
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ Each method decodes, calls the core and encodes; errors become status codes in
 from __future__ import annotations
 
 import functools
+import json
 import logging
 
 import grpc
@@ -15,13 +16,16 @@ from optimizer_service.errors import PlanError
 from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_from_proto, plan_to_proto
 from optimizer_service.service import requests
-from optimizer_service.service.core import ServiceCore
+from optimizer_service.service.core import TRACE_ITERATIONS, TRACE_TIMEOUT_SECONDS, ServiceCore
 from optimizer_service.service.errors_map import one_line, status_of
 from optimizer_service.service.jobs import DEGRADED, LIVE, REGISTERING, Job, PlanState
 from p2.v1 import optimizer_pb2 as api
 from p2.v1 import optimizer_pb2_grpc
 
 log = logging.getLogger("p2.service")
+
+MAX_TRACE_ITERATIONS = 10_000
+MAX_TRACE_TIMEOUT = 600
 
 _JOB_STATES = {REGISTERING: api.REGISTERING, LIVE: api.LIVE, DEGRADED: api.DEGRADED}
 _PLAN_STATES = {"preparing": api.PREPARING, "committed": api.COMMITTED, "aborted": api.ABORTED}
@@ -97,6 +101,21 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
     async def ListPlans(self, request, context):
         return api.ListPlansResponse(plans=[plan_record(request.job_id, state)
                                             for state in await self.core.plans(request.job_id)])
+
+    async def GetTraces(self, request, context):
+        try:
+            iterations = requests.count(request.iterations, "iterations", 0, MAX_TRACE_ITERATIONS)
+            timeout = requests.seconds(request.timeout_seconds, "timeout_seconds") or TRACE_TIMEOUT_SECONDS
+            if timeout > MAX_TRACE_TIMEOUT:
+                raise requests.RequestError("timeout_seconds", f"{timeout:g} s; at most {MAX_TRACE_TIMEOUT} s")
+            traces = await self.core.collect_traces(request.job_id, iterations or TRACE_ITERATIONS, timeout)
+        except Exception as error:
+            code = status_of(error)
+            if code is None:
+                log.error("internal error in GetTraces: %s", one_line(error), exc_info=error)
+            await context.abort(code or grpc.StatusCode.INTERNAL, one_line(error))
+        for rank, trace in enumerate(traces):
+            yield api.TraceFile(rank=rank, data=json.dumps(trace, separators=(",", ":")).encode())
 
     async def Watch(self, request, context):
         if request.job_id:

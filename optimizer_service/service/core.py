@@ -62,9 +62,13 @@ from optimizer_service.service import requests
 from optimizer_service.service.events import EventBus
 from optimizer_service.service.jobs import LIVE, Job, PlanState, RankInfo, RankSession
 from optimizer_service.service.store.base import PlanStore, StoredPlan, StoreFencedError
+from optimizer_service.service.traces import MAX_TRACE_BYTES, TraceRequestError, check_chunk
 from p2.v1 import enforcer_link_pb2 as link
 
 log = logging.getLogger("p2.service")
+
+TRACE_ITERATIONS = 8                # finished iterations of each rank's trace a plan is made from
+TRACE_TIMEOUT_SECONDS = 60.0
 
 
 class NotFoundError(InvalidInputError):
@@ -338,7 +342,8 @@ class ServiceCore:
                 async with job.lock:
                     await self._step(job, Progress(session.rank, telemetry.iteration))
         elif body == "trace_chunk":
-            pass            # traces are requested by the replanning loop (next issue); unasked chunks are dropped
+            check_chunk(message.trace_chunk)
+            job.traces.chunk(session.rank, message.trace_chunk)
         elif body == "register":
             raise requests.RequestError("register", "a stream registers once, in its first message")
 
@@ -350,6 +355,7 @@ class ServiceCore:
             del job.sessions[session.rank]
             job.ranks[session.rank].connected = False
             session.close()
+            job.traces.fail_rank(session.rank, "disconnected")
             self.events.publish(job.job_id, "lost", 0, "stream closed", session.rank)
             if job.was_live:
                 self.events.publish(job.job_id, "degraded", 0, f"rank {session.rank} lost")
@@ -368,6 +374,29 @@ class ServiceCore:
             await self._io(self.store.add_telemetry, job.job_id, window.summary(self.clock()))
         except Exception as error:
             log.warning("job %s: storing telemetry failed: %s", job.job_id, error)
+
+    async def collect_traces(self, job_id: str, iterations: int = TRACE_ITERATIONS,
+                             timeout: float = TRACE_TIMEOUT_SECONDS) -> list[dict]:
+        """Every rank's trace of its last ``iterations`` finished iterations (rank
+        order), asked over the ranks' streams; :class:`RefusedError` when a rank
+        is not connected, sends a bad trace or none within ``timeout``."""
+        job = self.job(job_id)
+        missing = sorted(set(range(job.world_size)) - set(job.sessions))
+        if missing:
+            raise RefusedError(f"job {job_id}: rank(s) {missing} not connected; a trace window needs every rank")
+        request_id, future = job.traces.open(job.world_size)
+        ask = link.ServiceMessage(request_trace=link.RequestTrace(request_id=request_id, max_bytes=MAX_TRACE_BYTES,
+                                                                  iterations=iterations))
+        for session in list(job.sessions.values()):
+            session.send(ask)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise RefusedError(f"job {job_id}: not every rank sent its trace within {timeout:g} s") from None
+        except TraceRequestError as error:
+            raise RefusedError(f"job {job_id}: {error}") from None
+        finally:
+            job.traces.close(request_id)
 
     # ------------------------------------------------------------------ admin
     def job(self, job_id: str) -> Job:

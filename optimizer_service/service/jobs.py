@@ -14,6 +14,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from optimizer_service.control.coordinator import Coordinator
+from optimizer_service.service.traces import TraceRequests
 
 REGISTERING, LIVE, DEGRADED = "registering", "live", "degraded"
 
@@ -120,6 +121,7 @@ class Job:
     plans: dict[int, PlanState] = field(default_factory=dict)
     was_live: bool = False
     telemetry: TelemetryWindow = field(default_factory=TelemetryWindow)
+    traces: TraceRequests = field(default_factory=TraceRequests)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property

@@ -16,6 +16,8 @@ MAX_WORLD_SIZE = 65_536
 MAX_SWITCH_EVERY = 1_000_000
 MAX_TEXT = 256                   # host names, versions, backend names, reasons
 MAX_TELEMETRY_OPS = 4_096        # op timings in one Telemetry message
+MAX_TELEMETRY_MOTIFS = 8_192     # motif timings in one Telemetry message
+MAX_CHANNEL = 1_024
 MAX_TRACE_CHUNK = 4 * 1024 * 1024
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024    # the largest gRPC message either way (a plan of 64 MiB and then some)
 
@@ -77,6 +79,14 @@ def telemetry(message, world_size: int) -> None:
             raise RequestError(f"{where}.group", f"names a rank outside the job's {world_size}")
         for name in ("issue_seconds", "complete_seconds", "wait_seconds"):
             seconds(getattr(op, name), f"{where}.{name}")
+    if len(message.motifs) > MAX_TELEMETRY_MOTIFS:
+        raise RequestError("telemetry.motifs",
+                           f"{len(message.motifs)} motif timings; at most {MAX_TELEMETRY_MOTIFS} a message")
+    for index, motif in enumerate(message.motifs):
+        where = f"telemetry.motifs[{index}]"
+        count(motif.channel, f"{where}.channel", 0, MAX_CHANNEL)
+        for name in ("wait_seconds", "start_seconds", "duration_seconds"):
+            seconds(getattr(motif, name), f"{where}.{name}")
 
 
 def reason(value: str) -> str:

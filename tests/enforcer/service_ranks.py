@@ -44,7 +44,8 @@ def train(until: str, version: int = 0, iterations: int = 0, pause: float = 0.0,
     enforcer, compared with the same ops on plain gloo, then ``enforcer.step()``.
 
     ``until``: ``"iterations"`` (a fixed number), ``"running"`` (every rank runs
-    ``version``) or ``"aborted"`` (every rank got the Abort of ``version``); then
+    ``version``), ``"aborted"`` (every rank got the Abort of ``version``) or
+    ``"settled"`` (every rank either runs ``version`` or got its Abort); then
     ``after`` more iterations. Every stop is decided collectively (on the plain
     group), so all ranks run the same iterations whatever they heard."""
     plain = dist.new_group(backend="gloo")
@@ -64,8 +65,9 @@ def train(until: str, version: int = 0, iterations: int = 0, pause: float = 0.0,
             elif until == "running":
                 done = _everyone(link.state.running == version, plain)
             else:
-                done = _everyone(any(": got Abort(" in line and f" v{version} " in line for line in link.history),
-                                 plain)
+                aborted = any(": got Abort(" in line and f" v{version} " in line for line in link.history)
+                settled = aborted or (until == "settled" and link.state.running == version)
+                done = _everyone(settled, plain)
             if done or iteration >= max_iterations:
                 remaining = after
         if remaining is not None:

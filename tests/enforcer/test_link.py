@@ -7,6 +7,7 @@ builds are in ``test_service_link.py``).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -168,6 +169,48 @@ def test_the_ops_of_the_iteration_that_ended_newest_first_cut_to_the_limit():
     tracer.issue("broadcast", "float32", 9, (0,), "0")        # the next iteration began on another thread
     assert [r.bytes for r in tracer.iteration_ops(0, 2)] == [2, 3]
     assert [r.bytes for r in tracer.iteration_ops(0, 10)] == [1, 2, 3]
+
+
+def test_motif_timings_go_with_their_iteration_and_sum_into_their_op_wait():
+    tracer = Tracer(0, 2)
+    first = tracer.issue("all_reduce", "float32", 64, (0, 1), "0")
+    second = tracer.issue("broadcast", "float32", 8, (0, 1), "0")
+    tracer.motif(first, 0, 0, 0.25, tracer.now(), 0.01)
+    tracer.motif(second, 1, 1, 0.0, tracer.now(), 0.02)
+    tracer.motif(first, 2, 1, 0.5, tracer.now(), 0.03)
+    tracer.step()
+    tracer.motif(tracer.issue("all_reduce", "float32", 64, (0, 1), "0"), 0, 0, 9.0, tracer.now(), 0.01)
+    assert [m.order for m in tracer.iteration_motifs(0, 10)[0]] == [0, 1, 2]
+    assert [m.order for m in tracer.iteration_motifs(0, 2)[0]] == [0, 1] and tracer.iteration_motifs(0, 2)[1] == 1
+    link = Link(EnforcerSettings(service="127.0.0.1:1"), IDENTITY, tracer, NoPlans())     # never started
+    link.iteration_done(0)
+    requests = link._requests(link._stream)
+    next(requests)
+    sent = next(requests).telemetry
+    assert [(m.op_seq, m.order, m.channel) for m in sent.motifs] == [(0, 0, 0), (1, 1, 1), (0, 2, 1)]
+    assert [op.wait_seconds for op in sent.ops] == pytest.approx([0.75, 0.0])
+    assert [op.group_seq for op in sent.ops] == [0, 1]
+    assert sent.dropped_motifs == 0 and tracer.to_dict()["motifs"][0]["waited"] == 0.25
+
+
+def test_a_trace_window_holds_the_last_finished_iterations_and_fits_its_bound():
+    tracer = Tracer(0, 1)
+    for iteration in range(6):
+        for nbytes in (100, 200):
+            record = tracer.issue("all_reduce", "float32", nbytes, (0,), "0")
+            tracer.complete(record)
+            tracer.motif(record, 0, 0, 0.0, tracer.now(), 0.001)
+        tracer.step()
+    tracer.issue("all_reduce", "float32", 100, (0,), "0")            # iteration 6 runs: never sent
+    window = json.loads(tracer.window(3, 1 << 20))
+    assert sorted({op["iteration"] for op in window["ops"]}) == [3, 4, 5]
+    assert sorted({m["iteration"] for m in window["motifs"]}) == [3, 4, 5]
+    assert [span["index"] for span in window["iterations"]] == [3, 4, 5] and window["rank"] == 0
+    everything = json.loads(tracer.window(0, 1 << 20))
+    assert sorted({op["iteration"] for op in everything["ops"]}) == list(range(6))
+    small = len(tracer.window(1, 1 << 20))
+    assert len(json.loads(tracer.window(6, small + 10))["iterations"]) == 1    # halved until it fits
+    assert tracer.window(1, 10) == b""
 
 
 @pytest.mark.skipif(not have_openssl(), reason=MISSING)

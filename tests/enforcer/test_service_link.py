@@ -169,6 +169,25 @@ def test_a_committed_plan_switches_every_rank_at_the_same_iteration(late_commit)
         assert len(sent[0].ops) == 6 and sent[0].ops[0].kind == "all_reduce" and sent[0].duration_seconds > 0
         assert {t.running_version for t in sent if t.iteration >= boundary} <= {VERSION}
         assert {t.running_version for t in sent if t.iteration < boundary} == {0}
+        # under the plan: every motif this rank takes part in, timed, on the plan's channels, with
+        # each op's dispatcher waits summed from its motifs'; before it: no motifs, nothing enforced
+        orders = {order for op in plan.ops for order in op.order}
+        for message in sent:
+            if message.iteration < boundary:
+                assert not message.motifs and not any(op.enforced for op in message.ops)
+                continue
+            if message.iteration == sent[-1].iteration:
+                continue                                  # the last iteration may still be in flight
+            assert all(op.enforced for op in message.ops) and message.dropped_motifs == 0
+            assert message.motifs and {m.order for m in message.motifs} <= orders
+            assert {m.channel for m in message.motifs} <= set(plan.channels)
+            assert all(m.duration_seconds > 0 for m in message.motifs)
+            waits = {}
+            for motif in message.motifs:
+                waits[motif.op_seq] = waits.get(motif.op_seq, 0.0) + motif.wait_seconds
+            assert [op.wait_seconds for op in message.ops] == pytest.approx([waits.get(op.seq, 0.0)
+                                                                             for op in message.ops])
+            assert [op.group_seq for op in message.ops] == list(range(6))
 
 
 def test_a_plan_one_rank_cannot_prepare_is_aborted_and_nobody_switches():
