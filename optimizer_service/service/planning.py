@@ -1,0 +1,110 @@
+"""Planning a live job off the event loop: Syndicate's joint search in a worker process.
+
+The replanning loop (issue 16) plans a running job from every rank's recent
+trace window (:meth:`ServiceCore.collect_traces`) on the job's topology:
+:func:`optimizer_service.syndicate.facade.plan_job` builds the DAG from the
+traces (Syndicate §4.3), prices every comm-op's options with P² programs among
+the all-reduce options, and runs the systems of §6.4 with Syndicate's MCMC
+search last, under a time budget. That is seconds of CPU, so it runs in a
+:class:`Planner`'s worker process (spawned once, reused): the gRPC server and
+the commits of other jobs stay responsive. A search that overruns its budget
+by :data:`GRACE_SECONDS` is killed with its worker (the next search starts a
+fresh one).
+
+:func:`search` is what runs in the worker: plain values in (trace documents,
+topology YAML), plain values out (:class:`SearchOutcome`), so nothing but JSON
+crosses the process boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+
+from optimizer_service.errors import InvalidInputError
+
+GRACE_SECONDS = 60.0        # beyond the budget: pricing and the DAG take time too
+
+
+class PlanningError(InvalidInputError):
+    """A search that could not give a plan (bad traces or topology, a killed worker): one line."""
+
+
+@dataclass(frozen=True)
+class SearchOutcome:
+    """What one search found: Syndicate's plan (JSON, version 1 — the service
+    numbers it) with its predicted steady-state iteration time, FIFO's
+    prediction for the same DAG (the passthrough order), every system's, and
+    the traced iteration's measured time."""
+
+    plan_json: str
+    predicted_seconds: float
+    fifo_seconds: float
+    measured_seconds: float | None
+    systems: dict[str, float]
+    comm_ops: int
+    planned_ops: int
+    search_seconds: float
+
+    def to_dict(self) -> dict:
+        return {"predicted_seconds": self.predicted_seconds, "fifo_seconds": self.fifo_seconds,
+                "measured_seconds": self.measured_seconds, "systems": dict(self.systems),
+                "comm_ops": self.comm_ops, "planned_ops": self.planned_ops, "search_seconds": self.search_seconds}
+
+
+def search(traces: list[dict], topology_yaml: str, budget: float, seed: int) -> SearchOutcome:
+    """Plan the traced job on the topology (runs in the worker process)."""
+    from optimizer_service.hardware.topology import Topology
+    from optimizer_service.syndicate.facade import plan_job
+
+    started = time.perf_counter()
+    topology = Topology.from_yaml(topology_yaml, source="the job's topology")
+    found = plan_job(traces, topology, budget=budget, seed=seed, name="live")
+    systems = {result.name: result.steady_seconds for result in found.results}
+    return SearchOutcome(found.plan.to_json(), found.chosen.steady_seconds, systems["FIFO"],
+                         found.measured_iteration_seconds, systems, len(found.problem.dag.comm_ops),
+                         len(found.plan.ops), time.perf_counter() - started)
+
+
+class Planner:
+    """One worker process for searches, started on first use."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        return self._pool
+
+    async def plan(self, traces: list[dict], topology_yaml: str, budget: float, seed: int = 0) -> SearchOutcome:
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._executor(), search, traces, topology_yaml, budget, seed)
+        try:
+            return await asyncio.wait_for(future, budget + GRACE_SECONDS)
+        except TimeoutError:
+            self._kill()
+            raise PlanningError(f"the search did not finish within its budget of {budget:g} s "
+                                f"+ {GRACE_SECONDS:g} s; its worker was stopped") from None
+        except BrokenProcessPool:
+            self._kill()
+            raise PlanningError("the search's worker process died; the next search starts a new one") from None
+        except InvalidInputError as error:
+            raise PlanningError(f"cannot plan this job: {error}") from None
+
+    def _kill(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        for process in list(getattr(pool, "_processes", {}).values()):
+            process.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None

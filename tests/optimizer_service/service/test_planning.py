@@ -1,0 +1,66 @@
+"""A live job planned in the planner's worker process: the plan, its
+prediction and FIFO's for the traced DAG; bad input and an overrun are one line."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from optimizer_service.catalog import load_topology
+from optimizer_service.plan import Plan
+from optimizer_service.service import planning
+from optimizer_service.service.planning import Planner, PlanningError
+from tests.support.traces import op, trace
+
+GROUP = list(range(8))
+
+
+def traces(group: list[int] = GROUP) -> list[dict]:
+    def iteration(t: float) -> list[dict]:
+        return [op("all_to_all_single", 8 * 4096, t + 0.001, t + 0.003, group),
+                op("all_reduce", 4 * 10**6, t + 0.004, t + 0.009, group)]
+    return [trace(iteration(0.0), iteration(0.01), iteration(0.02), rank=rank, world_size=len(group))
+            for rank in range(2)]
+
+
+def test_a_traced_job_is_planned_in_the_worker_process():
+    planner = Planner()
+    try:
+        outcome = asyncio.run(planner.plan(traces(), load_topology("hgx2-4n").to_yaml(), budget=1.0))
+    finally:
+        planner.close()
+    plan = Plan.parse(outcome.plan_json)
+    assert {o.key.kind for o in plan.ops} == {"all_reduce", "all_to_all"} and outcome.planned_ops == 2
+    assert outcome.measured_seconds == pytest.approx(0.01)
+    assert 0 < outcome.predicted_seconds <= outcome.fifo_seconds        # Syndicate never worse than FIFO
+    assert set(outcome.systems) == {"FIFO", "BS+", "HO", "S-Exec", "S-Sched", "Syndicate"}
+    assert outcome.to_dict()["comm_ops"] == 2
+
+
+def test_a_bad_topology_or_trace_is_one_line():
+    planner = Planner()
+    try:
+        with pytest.raises(PlanningError, match="cannot plan this job") as bad_yaml:
+            asyncio.run(planner.plan(traces(), "levels: [", budget=0.5))
+        topology = load_topology("dgx-h100")
+        with pytest.raises(PlanningError, match=f"has {topology.device_count} devices") as too_small:
+            asyncio.run(planner.plan(traces(list(range(topology.device_count + 1))), topology.to_yaml(),
+                                     budget=0.5))
+    finally:
+        planner.close()
+    assert "\n" not in str(bad_yaml.value) and "\n" not in str(too_small.value)
+
+
+def test_a_search_that_overruns_is_stopped_with_its_worker(monkeypatch):
+    monkeypatch.setattr(planning, "GRACE_SECONDS", 0.0)
+    planner = Planner()
+    try:
+        with pytest.raises(PlanningError, match="did not finish within its budget"):
+            asyncio.run(planner.plan(traces(), load_topology("hgx2-4n").to_yaml(), budget=0.05))
+        assert planner._pool is None                                     # the next search starts a new worker
+        monkeypatch.undo()
+        again = asyncio.run(planner.plan(traces(), load_topology("hgx2-4n").to_yaml(), budget=0.5))
+        assert again.planned_ops == 2
+    finally:
+        planner.close()
