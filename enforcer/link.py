@@ -75,6 +75,7 @@ BACKOFF_MAX = 30.0              # ... doubling up to this
 TELEMETRY_QUEUE = 64            # iterations of telemetry kept while the stream is slow or down
 TELEMETRY_OPS = 512             # op timings in one Telemetry message (the service takes up to 4096)
 TELEMETRY_MOTIFS = 2048         # motif timings in one Telemetry message (the service takes up to 8192)
+MAX_TOPOLOGY_BYTES = 1 << 20    # the most topology YAML Register carries
 TRACE_CHUNK = 1 << 20           # bytes of trace JSON in one TraceChunk
 MAX_TRACE_BYTES = 64 << 20      # the most trace JSON a rank sends for one request
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024     # a Prepare carries the plan (the service's limit)
@@ -104,6 +105,7 @@ class RankIdentity:
     torch_version: str
     enforcer_version: str
     switch_every: int
+    topology: str = ""          # a preset name or a topology YAML document (P2_TOPOLOGY)
 
     @classmethod
     def of(cls, group, settings: EnforcerSettings, environ: Mapping[str, str]) -> RankIdentity:
@@ -116,7 +118,7 @@ class RankIdentity:
             local_rank = group.rank()
         return cls(job, group.rank(), group.size(), socket.gethostname(), local_rank,
                    ",".join(f"{device}:{name}" for device, name in group.inner_names.items()),
-                   torch.__version__, _enforcer_version(), settings.switch_every)
+                   torch.__version__, _enforcer_version(), settings.switch_every, _topology(settings.topology))
 
 
 @dataclass(frozen=True)
@@ -287,7 +289,7 @@ class Link:
             job_id=me.job, rank=me.rank, world_size=me.world_size, host=me.host, local_rank=me.local_rank,
             backend=me.backend, torch_version=me.torch_version, enforcer_version=me.enforcer_version,
             running_version=running, held_versions=held, iteration=self.tracer.iteration,
-            switch_every=me.switch_every))
+            switch_every=me.switch_every, topology=me.topology))
 
     def _requests(self, stream: int):
         """What one stream sends: Register, then votes and acks first, telemetry when there are none;
@@ -461,6 +463,26 @@ def _store_address(store) -> str | None:
         base = store
     host, port = getattr(base, "host", None), getattr(base, "port", None)
     return f"{host}:{port}" if host and port else None
+
+
+def _topology(value: str | None) -> str:
+    """``P2_TOPOLOGY`` as Register carries it: a YAML file's text, else the name
+    as given (a preset the service knows). An unreadable file is logged and not sent."""
+    if not value:
+        return ""
+    path = Path(value)
+    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+        return value
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        log.warning("p2enforcer: P2_TOPOLOGY=%s cannot be read (%s); the service plans on its own topology",
+                    value, type(error).__name__)
+        return ""
+    if len(text.encode()) > MAX_TOPOLOGY_BYTES:
+        log.warning("p2enforcer: P2_TOPOLOGY=%s is over %d bytes; not sent", value, MAX_TOPOLOGY_BYTES)
+        return ""
+    return text
 
 
 def _enforcer_version() -> str:

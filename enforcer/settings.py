@@ -59,6 +59,7 @@ class EnforcerSettings:
     job: str | None = None
     switch_every: int = DEFAULT_SWITCH_EVERY
     prepare_timeout: float = DEFAULT_PREPARE_TIMEOUT
+    topology: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EnforcerSettings:
@@ -81,7 +82,8 @@ class EnforcerSettings:
                    tls_cert=tls_cert, tls_key=tls_key, job=env.get("P2_JOB", "").strip() or None,
                    switch_every=_at_least_one("P2_SWITCH_EVERY", env.get("P2_SWITCH_EVERY", "").strip(),
                                               DEFAULT_SWITCH_EVERY, "iterations"),
-                   prepare_timeout=_prepare_timeout(env.get("P2_PREPARE_TIMEOUT", "").strip()))
+                   prepare_timeout=_prepare_timeout(env.get("P2_PREPARE_TIMEOUT", "").strip()),
+                   topology=env.get("P2_TOPOLOGY", "").strip() or None)
 
 
 def _at_least_one(name: str, text: str, default: int, unit: str) -> int:

@@ -5,7 +5,8 @@ with ``nsenter --net`` (which ``exec``s the command: the rank *is* the
 process we started) and gets torchrun's variables — ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` (node 0's channel-0
 address), ``MASTER_PORT`` — plus ``GLOO_SOCKET_IFNAME=nic0``,
-``OMP_NUM_THREADS=1`` and ``PYTHONUNBUFFERED=1`` unless set, and
+``OMP_NUM_THREADS=1``, ``PYTHONUNBUFFERED=1`` and ``P2_TOPOLOGY`` (the
+cluster's ``topology.yaml``, for the optimizer service) unless set, and
 ``P2_CLUSTER``, ``P2_NODE``, ``P2_CHANNEL_IFNAMES`` (``nic0[,nic1]``) and
 ``P2_CHANNEL_ADDRS`` (this node's address per channel). Gloo binds to the
 node's ``nic0`` address, yet two ranks of one node still talk through ``lo``:
@@ -284,6 +285,8 @@ def run_ranks(info: ClusterInfo, command: Sequence[str], env: Mapping[str, str] 
     base = dict(os.environ)
     base.setdefault("OMP_NUM_THREADS", "1")
     base.setdefault("PYTHONUNBUFFERED", "1")
+    if info.topology_path.is_file():        # what the optimizer service plans the job on
+        base.setdefault("P2_TOPOLOGY", str(info.topology_path))
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     die_with_parent = _die_with_parent(os.getpid())

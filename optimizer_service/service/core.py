@@ -151,7 +151,7 @@ class ServiceCore:
                                          plans, self.epoch, self.clock(), self.timing)
         job = Job(job_id, document["world_size"], document["switch_every"], document["created_unix"], state,
                   ranks={int(rank): RankInfo.from_dict(info) for rank, info in document.get("ranks", {}).items()},
-                  was_live=document.get("was_live", False))
+                  was_live=document.get("was_live", False), topology=document.get("topology", ""))
         for version in versions:
             saved = await self._io(self.store.get_plan_state, job_id, version)
             if saved is not None:
@@ -292,7 +292,12 @@ class ServiceCore:
             job.ranks[message.rank] = RankInfo(message.host, message.local_rank, message.backend,
                                                message.torch_version, message.enforcer_version, True,
                                                message.running_version, message.iteration, now)
-            was_live = job.was_live
+            was_live, topology = job.was_live, job.topology
+            if message.topology and message.topology != job.topology:
+                job.topology = message.topology
+                if topology:
+                    self.events.publish(job.job_id, "topology", 0, "the ranks report a changed topology",
+                                        message.rank)
             if job.state == LIVE:
                 job.was_live = True
             session.send(link.ServiceMessage(registered=link.Registered(
@@ -303,7 +308,7 @@ class ServiceCore:
                 self.events.publish(job.job_id, "live", 0, f"all {job.world_size} ranks connected")
             await self._step(job, Joined(message.rank, message.running_version, tuple(message.held_versions),
                                          message.iteration))
-            if was_live != job.was_live or old is None:
+            if was_live != job.was_live or old is None or topology != job.topology:
                 await self._io(self.store.put_job, job.job_id, job.to_document())
         return session
 

@@ -120,6 +120,7 @@ class Job:
     sessions: dict[int, RankSession] = field(default_factory=dict)
     plans: dict[int, PlanState] = field(default_factory=dict)
     was_live: bool = False
+    topology: str = ""          # what the ranks said they run on (P2_TOPOLOGY): a preset name or YAML
     telemetry: TelemetryWindow = field(default_factory=TelemetryWindow)
     traces: TraceRequests = field(default_factory=TraceRequests)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -134,5 +135,5 @@ class Job:
     def to_document(self) -> dict:
         """What the store keeps of the job (its ranks' last known facts, not their streams)."""
         return {"job_id": self.job_id, "world_size": self.world_size, "switch_every": self.switch_every,
-                "created_unix": self.created_unix, "was_live": self.was_live,
+                "created_unix": self.created_unix, "was_live": self.was_live, "topology": self.topology,
                 "ranks": {str(rank): info.to_dict() for rank, info in sorted(self.ranks.items())}}

@@ -70,6 +70,23 @@ def search(traces: list[dict], topology_yaml: str, budget: float, seed: int) -> 
                          len(found.plan.ops), time.perf_counter() - started)
 
 
+def resolve_topology(value: str) -> str:
+    """A job's topology as YAML: a YAML document as given, or a preset by name.
+    (Never a file path: a rank must not make the service read its files.)"""
+    from optimizer_service.catalog import load_topology, preset_names
+    from optimizer_service.hardware.topology import Topology
+
+    if "\n" in value.strip():
+        try:
+            return Topology.from_yaml(value, source="the job's topology").to_yaml()
+        except InvalidInputError as error:
+            raise PlanningError(f"the job's topology is not valid: {error}") from None
+    if value in preset_names():
+        return load_topology(value).to_yaml()
+    raise PlanningError(f"unknown topology {value!r}: give P2_TOPOLOGY as a preset ({', '.join(preset_names())}) "
+                        "or a YAML file on the ranks, or --topology to p2 serve")
+
+
 class Planner:
     """One worker process for searches, started on first use."""
 

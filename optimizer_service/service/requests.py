@@ -16,6 +16,7 @@ MAX_WORLD_SIZE = 65_536
 MAX_SWITCH_EVERY = 1_000_000
 MAX_TEXT = 256                   # host names, versions, backend names, reasons
 MAX_TELEMETRY_OPS = 4_096        # op timings in one Telemetry message
+MAX_TOPOLOGY_CHARACTERS = 1 << 20   # a topology YAML document a rank sends with Register
 MAX_TELEMETRY_MOTIFS = 8_192     # motif timings in one Telemetry message
 MAX_CHANNEL = 1_024
 MAX_TRACE_CHUNK = 4 * 1024 * 1024
@@ -63,6 +64,7 @@ def register(message) -> None:
     count(message.switch_every, "register.switch_every", 1, MAX_SWITCH_EVERY)
     for name in ("host", "backend", "torch_version", "enforcer_version"):
         text(getattr(message, name), f"register.{name}")
+    text(message.topology, "register.topology", MAX_TOPOLOGY_CHARACTERS)
     if len(message.held_versions) > 1024:
         raise RequestError("register.held_versions", f"{len(message.held_versions)} versions; at most 1024")
 

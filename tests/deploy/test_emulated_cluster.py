@@ -208,7 +208,7 @@ def test_cross_node_traffic_goes_through_the_shaped_nic(shaped):
 # --------------------------------------------------------------------- run
 ENV_SCRIPT = ("import json, os; keys = ['RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', "
               "'MASTER_PORT', 'GLOO_SOCKET_IFNAME', 'OMP_NUM_THREADS', 'P2_CLUSTER', 'P2_NODE', "
-              "'P2_CHANNEL_IFNAMES', 'P2_CHANNEL_ADDRS']; "
+              "'P2_CHANNEL_IFNAMES', 'P2_CHANNEL_ADDRS', 'P2_TOPOLOGY']; "
               "print(json.dumps({k: os.environ.get(k) for k in keys})); print('second line')")
 
 
@@ -230,6 +230,7 @@ def test_run_gives_each_rank_its_environment_and_prefixes_its_lines(shaped):
         assert env["MASTER_ADDR"] == up["master_addr"] and env["GLOO_SOCKET_IFNAME"] == "nic0"
         assert env["P2_CHANNEL_IFNAMES"] == "nic0" and env["P2_CHANNEL_ADDRS"] == address
         assert env["OMP_NUM_THREADS"] == "1"
+        assert env["P2_TOPOLOGY"] == str(shaped.state_root / shaped.name / "topology.yaml")
         assert second == "second line"
         ports.add(env["MASTER_PORT"])
     assert len(ports) == 1 and ports.pop().isdigit()

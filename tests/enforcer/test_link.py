@@ -25,7 +25,7 @@ from p2.v1 import enforcer_link_pb2_grpc
 from tests.support.certs import MISSING, have_openssl, make_certificates
 from tests.support.service_process import free_port
 
-IDENTITY = RankIdentity("unit-job", 1, 2, "host", 1, "cpu:gloo", "2.x", "test", 5)
+IDENTITY = RankIdentity("unit-job", 1, 2, "host", 1, "cpu:gloo", "2.x", "test", 5, "hgx2-4n")
 
 
 class NoPlans:
@@ -132,6 +132,7 @@ def test_register_carries_the_rank_and_its_state_and_the_token_goes_as_metadata(
         ("unit-job", 1, 2, "host", 1)
     assert (register.backend, register.switch_every, register.iteration, register.running_version) == \
         ("cpu:gloo", 5, 3, 0)
+    assert register.topology == "hgx2-4n"
     assert recorder.metadata[0]["authorization"] == "Bearer file-token"      # the file wins over P2_TOKEN
     assert recorder.telemetry[0].iteration == 3 and recorder.telemetry[0].job_id == "unit-job"
     assert any("got Registered(e1" in line for line in link.history)
@@ -191,6 +192,18 @@ def test_motif_timings_go_with_their_iteration_and_sum_into_their_op_wait():
     assert [op.wait_seconds for op in sent.ops] == pytest.approx([0.75, 0.0])
     assert [op.group_seq for op in sent.ops] == [0, 1]
     assert sent.dropped_motifs == 0 and tracer.to_dict()["motifs"][0]["waited"] == 0.25
+
+
+def test_p2_topology_goes_as_a_documents_text_or_a_presets_name(tmp_path, caplog):
+    from enforcer.link import _topology
+
+    document = tmp_path / "topology.yaml"
+    document.write_text("name: mine\nlevels: []\n")
+    assert _topology(str(document)) == "name: mine\nlevels: []\n"
+    assert _topology("hgx2-4n") == "hgx2-4n" and _topology(None) == ""
+    with caplog.at_level(logging.WARNING, logger="enforcer"):
+        assert _topology(str(tmp_path / "missing.yaml")) == ""
+    assert "cannot be read" in caplog.text
 
 
 def test_a_trace_window_holds_the_last_finished_iterations_and_fits_its_bound():

@@ -64,3 +64,17 @@ def test_a_search_that_overruns_is_stopped_with_its_worker(monkeypatch):
         assert again.planned_ops == 2
     finally:
         planner.close()
+
+
+def test_a_jobs_topology_is_a_preset_or_a_yaml_document_never_a_path(tmp_path):
+    from optimizer_service.service.planning import resolve_topology
+
+    preset = resolve_topology("hgx2-4n")
+    assert "name: hgx2-4n" in preset
+    assert resolve_topology(preset) == preset                           # a document, as the ranks send it
+    path = tmp_path / "t.yaml"
+    path.write_text(preset)
+    for bad, words in [("nowhere", "unknown topology 'nowhere'"), (str(path), "unknown topology"),
+                       ("name: x\nlevels: [\n", "not valid")]:
+        with pytest.raises(PlanningError, match=words):
+            resolve_topology(bad)
