@@ -1,0 +1,547 @@
+"""The replanning policy (issue 16) as a pure function in the style of
+torchft's ``quorum_compute``: ``step(state, event, now) -> (state, actions)``,
+clock injected, no I/O. It decides *when* to search for a plan, *whether* to
+commit a search's result, and *when* to go back to an earlier plan; the service
+runs the searches and the two-phase commit (:mod:`.coordinator`).
+
+Syndicate (§4.4, paragraph "Replanning", just before §5 Implementation which
+describes the 2PC): "We measure the wait time in the busy loop and send it as
+feedback to the central optimizer. If wait times in every iteration
+consistently add up to more than a threshold (= 5% of iteration time), then we
+redo joint optimization at the optimizer to explore a different optimizer
+plan." ARCHITECTURE.md adds: a first plan after N passthrough iterations,
+replanning when the measured iteration time exceeds the prediction, a gain
+threshold for commits, a cooldown, and rollback when a new plan measures slower.
+
+Driving it (one :class:`Policy` per job, :meth:`Policy.new` with the job's
+cluster state key): feed :class:`Iteration` once per completed training
+iteration, in order (e.g. rank 0's Telemetry: ``duration_seconds``,
+``wait_seconds``, ``running_version``); :class:`SearchDone` /
+:class:`SearchFailed` when a search asked for by :class:`RequestPlan` ends;
+:class:`Committed` / :class:`CommitFailed` for every commit decision of the
+job's coordinator; :class:`ClusterChanged` when the calibrated topology (or
+whatever the key hashes) changes; :class:`Pause` / :class:`Resume` from the
+operator; :class:`Tick` now and then. Execute :class:`RequestPlan`,
+:class:`CancelSearch`, :class:`Commit` and :class:`RollBack`, and store every
+action (with :class:`Note`) as a job event: each has ``kind`` and ``reason``.
+
+Defaults (:class:`PolicyConfig`, in :mod:`.policy_events`), and why:
+
+* ``first_plan_after=20`` passthrough iterations: enough for ``warmup`` plus
+  ``min_samples`` measured ones, so the first search's gain is judged against
+  a median, still early in any real run.
+* ``warmup=5``: iterations ignored after every switch, cluster change and at
+  start (allocator growth, lazily built communicators, first-touch of channels).
+* ``window=20``, ``min_samples=10``: statistics are medians over the last
+  ``window`` measured iterations, used once ``min_samples`` exist — one noisy
+  (or stalled, e.g. checkpointing) iteration moves a median by one rank only.
+* ``min_gain=0.05``: commit only for a predicted gain above 5 % — the same size
+  as Syndicate's 5 % wait threshold, and above the run-to-run noise of a median.
+* ``slow_trigger=0.15`` / ``slow_clear=0.10``: replan when the median is more
+  than 15 % over the running plan's prediction (three times ``min_gain``: an
+  error that size means the search's ranking may be wrong, not just its
+  constants) for ``consecutive=10`` iterations in a row; once it led to
+  a search it is armed again only after 10 medians in a row below 10 % (hysteresis).
+* ``wait_trigger=0.05`` (Syndicate) / ``wait_clear=0.03``: the same for the
+  median of dispatcher waits / iteration time, under a plan.
+* ``cooldown=30`` iterations after every search, commit, rollback and failure:
+  a switch's effect must be measured (``warmup`` + ``evaluate`` = 25) before
+  anything else may be decided; ``max_backoff=8``: after k searches or commits
+  in a row that changed nothing (not committed, failed, rolled back) the
+  cooldown is ``cooldown * min(2**k, 8)``: no tight retry loop, and noise near
+  a threshold costs at most one search per 240 iterations.
+* ``evaluate=20``, ``rollback_margin=0.03``: a new plan is measured for 20
+  iterations after its warm-up and rolled back when its median is more than 3 %
+  over the previous plan's (below ``min_gain``, so a kept plan is never "known
+  worse" by enough to be restored straight away: no ping-pong).
+* ``switch_within=200`` iterations: ranks switch at the coordinator's next
+  switch boundary; a committed plan not running by then is not evaluated.
+* ``pending_timeout=600`` s: a search or commit without an answer for that long
+  is taken as failed (the search is cancelled; a late answer is ignored).
+
+Readings of the ambiguous points:
+
+* "Consistently" (Syndicate) and "for M consecutive iterations" (issue): the
+  *median over the window* must be above the threshold at M consecutive
+  iterations; a single iteration never counts.
+* The gain of a search result is ``1 - predicted / measured``, against the
+  median of the running plan measured *now* (in this cluster state); with fewer
+  than ``min_samples`` such iterations nothing is committed. "Exceeds": strictly.
+* A trigger that led to a search is latched until its condition clears (for
+  whichever plan runs then) or the cluster state changes: a condition a search
+  could not improve, or a commit that was rolled back, does not cause a search
+  every cooldown. A failed search or commit does not latch, so it is retried,
+  after the backed-off cooldown.
+* Rollback (trial) compares medians measured in the same cluster state; if the
+  state changed during the trial there is nothing to compare with and the plan
+  is kept. A rollback is not itself evaluated (the plan is known).
+* Keep-best: per cluster state, the latest median of every plan that ran in it.
+  Whenever the running plan measures more than ``min_gain`` slower than a known
+  plan of the current state, that plan is re-installed (``RollBack`` with cause
+  ``restore``, evaluated like a commit); this is how a cluster state seen before
+  gets its best plan back, and how a failed rollback is retried (if the gap
+  exceeds ``min_gain``). With none known,
+  a cluster change makes a replan due once ``min_samples`` are measured in it.
+* Pause freezes plans: a running search is cancelled, nothing is requested,
+  committed or rolled back (a trial's verdict waits for Resume); measuring goes on.
+* Version 0 is passthrough; rolling back to it means installing no plan.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from optimizer_service.control.policy_events import (
+    Action,
+    CancelSearch,
+    ClusterChanged,
+    Commit,
+    CommitFailed,
+    Committed,
+    Event,
+    Iteration,
+    Note,
+    Pause,
+    PolicyConfig,
+    RequestPlan,
+    Resume,
+    RollBack,
+    SearchDone,
+    SearchFailed,
+    Tick,
+)
+
+__all__ = [
+    "Action", "CancelSearch", "ClusterChanged", "Commit", "CommitFailed", "Committed", "Event", "Iteration", "Note",
+    "Pause", "Pending", "Policy", "PolicyConfig", "RequestPlan", "Resume", "RollBack", "SearchDone", "SearchFailed",
+    "Tick", "Trial", "step",
+]
+
+WAITING, SEARCHING, COMMITTING, EVALUATING = "waiting", "searching", "committing", "evaluating"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The search (``request``; ``what`` is ``"searching"``) or commit
+    (``version``; ``"committing"``) the policy waits for, since ``since`` (seconds). ``trigger``: what started it (``first``,
+    ``cluster``, ``slow``, ``waits``; ``restore``, ``trial`` for rollbacks);
+    ``due``: the cluster change a ``cluster`` search answers."""
+
+    what: str
+    trigger: str
+    since: float
+    request: int = 0
+    version: int = 0
+    due: str = ""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A committed plan under evaluation against the one that ran before it
+    (its median then, in this cluster state; None: nothing to compare with)."""
+
+    version: int
+    previous: int
+    previous_seconds: float | None
+    started: int
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One job's replanning state. ``count``: iterations accepted so far (the
+    clock of cooldowns); ``window``: ``(seconds, wait fraction)`` of the last
+    measured iterations of the running plan; ``measured``: per cluster state,
+    the latest median of each plan (version 0: passthrough) that ran in it."""
+
+    config: PolicyConfig
+    cluster: str
+    paused: bool = False
+    count: int = 0
+    last_index: int | None = None
+    running: int = 0
+    since_switch: int = 0
+    window: tuple[tuple[float, float], ...] = ()
+    passthrough: int = 0
+    first_done: bool = False
+    due: str = ""
+    slow_streak: int = 0
+    wait_streak: int = 0
+    slow_latched: bool = False
+    wait_latched: bool = False
+    cooldown_until: int = 0
+    fruitless: int = 0
+    next_request: int = 1
+    pending: Pending | None = None
+    trial: Trial | None = None
+    predicted: Mapping[int, float] = field(default_factory=dict)
+    measured: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+
+    @classmethod
+    def new(cls, cluster: str, config: PolicyConfig | None = None) -> Policy:
+        """A job's policy before its first iteration, in cluster state ``cluster``."""
+        return cls(config or PolicyConfig(), cluster)
+
+    @property
+    def phase(self) -> str:
+        if self.pending is not None:
+            return SEARCHING if self.pending.what == SEARCHING else COMMITTING
+        return EVALUATING if self.trial is not None else WAITING
+
+    def median_seconds(self) -> float | None:
+        """The running plan's median iteration time, once ``min_samples`` are measured."""
+        if len(self.window) < self.config.min_samples:
+            return None
+        return statistics.median(seconds for seconds, _ in self.window)
+
+    def median_wait(self) -> float | None:
+        """The running plan's median fraction of an iteration spent in dispatcher waits."""
+        if len(self.window) < self.config.min_samples:
+            return None
+        return statistics.median(wait for _, wait in self.window)
+
+    def best(self) -> tuple[int, float] | None:
+        """The plan with the lowest known median in the current cluster state, with that median."""
+        known = self.measured.get(self.cluster, {})
+        return min(known.items(), key=lambda item: (item[1], -item[0])) if known else None
+
+    def to_dict(self) -> dict:
+        """A JSON-ready summary for the dashboard and the store."""
+        return {"phase": self.phase, "paused": self.paused, "cluster": self.cluster, "running": self.running,
+                "iterations": self.count, "cooldown_left": max(0, self.cooldown_until - self.count),
+                "median_seconds": self.median_seconds(), "median_wait_fraction": self.median_wait(),
+                "predicted_seconds": self.predicted.get(self.running), "due": self.due,
+                "streaks": {"slow": self.slow_streak, "waits": self.wait_streak},
+                "latched": {"slow": self.slow_latched, "waits": self.wait_latched}, "fruitless": self.fruitless,
+                "pending": None if self.pending is None else asdict(self.pending),
+                "trial": None if self.trial is None else asdict(self.trial),
+                "measured": {cluster: {str(v): s for v, s in plans.items()} for cluster, plans in self.measured.items()},
+                "config": {f.name: getattr(self.config, f.name) for f in fields(self.config)}}
+
+
+# ---------------------------------------------------------------- helpers
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:.1f} %"
+
+
+def _name(version: int) -> str:
+    return "passthrough" if version == 0 else f"v{version}"
+
+
+def _cool(state: Policy, factor: int = 1) -> Policy:
+    return replace(state, cooldown_until=state.count + state.config.cooldown * factor)
+
+
+def _latch(state: Policy, trigger: str) -> Policy:
+    """A search for ``trigger`` ended with a result: do not search for it again until it clears."""
+    if trigger == "first":
+        return replace(state, first_done=True)
+    if trigger == "cluster":
+        return replace(state, due="")
+    if trigger == "slow":
+        return replace(state, slow_latched=True, slow_streak=0)
+    if trigger == "waits":
+        return replace(state, wait_latched=True, wait_streak=0)
+    return state
+
+
+def _fruitless(state: Policy) -> tuple[Policy, int]:
+    """One more search or commit in a row that changed nothing: a longer cooldown."""
+    fruitless = state.fruitless + 1
+    factor = min(2 ** fruitless, state.config.max_backoff)
+    return replace(_cool(state, factor), fruitless=fruitless), state.config.cooldown * factor
+
+
+def _fail(state: Policy, pending: Pending) -> tuple[Policy, int]:
+    """A search or commit failed: release its trigger (retry allowed), back off the cooldown."""
+    state, wait = _fruitless(replace(state, pending=None))
+    if pending.what == COMMITTING:
+        state = replace(state, first_done=state.first_done and pending.trigger != "first",
+                        due=pending.due if pending.trigger == "cluster" else state.due,
+                        slow_latched=state.slow_latched and pending.trigger != "slow",
+                        wait_latched=state.wait_latched and pending.trigger != "waits")
+    return state, wait
+
+
+def _fresh(state: Policy) -> Policy:
+    """Measure from scratch (a new plan runs, or the cluster state changed). Latches
+    stay: a plan re-installed by a rollback must not re-open the search that found
+    the plan it replaced; they clear when the condition does."""
+    return replace(state, since_switch=0, window=(), slow_streak=0, wait_streak=0)
+
+
+def _timeouts(state: Policy, now: float) -> tuple[Policy, list[Action]]:
+    pending, limit = state.pending, state.config.pending_timeout
+    if pending is None or now - pending.since < limit:
+        return state, []
+    state, wait = _fail(state, pending)
+    if pending.what == SEARCHING:
+        return state, [CancelSearch(pending.request, f"search r{pending.request} gave no answer within {limit:g} s"),
+                       Note("timeout", f"search r{pending.request} taken as failed; next attempt after {wait} "
+                            f"iterations")]
+    return state, [Note("timeout", f"no outcome for the commit of {_name(pending.version)} within {limit:g} s; taken "
+                        f"as failed; keeping {_name(state.running)}; cooldown {wait} iterations")]
+
+
+# ---------------------------------------------------------------- iterations
+def _streak(latched: bool, streak: int, value: float, trigger: float, clear: float, needed: int) -> tuple[bool, int]:
+    """Hysteresis: armed, ``streak`` counts medians above ``trigger`` in a row;
+    latched, it counts medians below ``clear`` in a row, and ``needed`` of them re-arm."""
+    if not latched:
+        return False, streak + 1 if value > trigger else 0
+    streak = streak + 1 if value < clear else 0
+    return (False, 0) if streak >= needed else (True, streak)
+
+
+def _watch(state: Policy) -> tuple[Policy, list[Action]]:
+    """Update the slow and waits streaks from the medians; re-arm a latched trigger that cleared."""
+    cfg, actions = state.config, []
+    median, wait = state.median_seconds(), state.median_wait()
+    predicted = state.predicted.get(state.running) if state.running else None
+    if median is not None and predicted:
+        over = median / predicted - 1
+        latched, streak = _streak(state.slow_latched, state.slow_streak, over, cfg.slow_trigger, cfg.slow_clear,
+                                  cfg.consecutive)
+        if state.slow_latched and not latched:
+            actions.append(Note("cleared", f"measured {median:.3f} s is {_pct(over)} over the predicted "
+                                f"{predicted:.3f} s of {_name(state.running)}, below {_pct(cfg.slow_clear)} for "
+                                f"{cfg.consecutive} iterations: the slow trigger is armed again"))
+        state = replace(state, slow_latched=latched, slow_streak=streak)
+    elif state.slow_streak and not state.slow_latched:
+        state = replace(state, slow_streak=0)          # no prediction (any more): nothing to be over
+    if wait is not None and state.running:
+        latched, streak = _streak(state.wait_latched, state.wait_streak, wait, cfg.wait_trigger, cfg.wait_clear,
+                                  cfg.consecutive)
+        if state.wait_latched and not latched:
+            actions.append(Note("cleared", f"dispatcher waits are {_pct(wait)} of the iteration, below "
+                                f"{_pct(cfg.wait_clear)} for {cfg.consecutive} iterations: the waits trigger is "
+                                f"armed again"))
+        state = replace(state, wait_latched=latched, wait_streak=streak)
+    return state, actions
+
+
+def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
+    """A trial's verdict once ``evaluate`` iterations of the new plan are measured."""
+    trial, cfg = state.trial, state.config
+    assert trial is not None
+    if state.running != trial.version:
+        if state.running == trial.previous and state.count - trial.started <= cfg.switch_within:
+            return state, []          # the ranks switch at the coordinator's boundary
+        return replace(state, trial=None), [Note("abandoned", f"{_name(trial.version)} was committed but the ranks "
+                                                 f"run {_name(state.running)}; not evaluated")]
+    if state.paused or len(state.window) < cfg.evaluate:
+        return state, []
+    median = state.median_seconds()
+    assert median is not None
+    state, new, old = replace(state, trial=None), _name(trial.version), _name(trial.previous)
+    if trial.previous_seconds is None:
+        return state, [Note("kept", f"{new} measured {median:.3f} s; no measurement of {old} in cluster state "
+                            f"{state.cluster} to compare with; kept")]
+    change = median / trial.previous_seconds - 1
+    compare = (f"{new} measured {median:.3f} s over {len(state.window)} iterations, {_pct(abs(change))} "
+               f"{'slower' if change > 0 else 'faster'} than {old}'s {trial.previous_seconds:.3f} s")
+    if change > cfg.rollback_margin:
+        reason = f"{compare} (margin {_pct(cfg.rollback_margin)}); rolling back to {old}"
+        state = replace(state, pending=Pending(COMMITTING, "trial", now, version=trial.previous))
+        return state, [RollBack(trial.previous, trial.version, "trial", reason)]
+    return state, [Note("kept", f"{compare}; kept")]
+
+
+def _trigger(state: Policy, median: float) -> tuple[str, str] | None:
+    cfg, running = state.config, state.running
+    if state.due:
+        return "cluster", f"{state.due}; no known plan for it beats the running {_name(running)} ({median:.3f} s)"
+    if running == 0 and not state.first_done and state.passthrough >= cfg.first_plan_after:
+        return "first", f"first plan after {state.passthrough} passthrough iterations (measured {median:.3f} s)"
+    predicted = state.predicted.get(running)
+    if predicted and state.slow_streak >= cfg.consecutive and not state.slow_latched:
+        return "slow", (f"measured {median:.3f} s is {_pct(median / predicted - 1)} over the predicted "
+                        f"{predicted:.3f} s of {_name(running)} for {state.slow_streak} iterations")
+    if state.wait_streak >= cfg.consecutive and not state.wait_latched:
+        return "waits", (f"dispatcher waits are {_pct(state.median_wait() or 0.0)} of the iteration time (over "
+                         f"{_pct(cfg.wait_trigger)}) for {state.wait_streak} iterations")
+    return None
+
+
+def _decide(state: Policy, now: float) -> tuple[Policy, list[Action]]:
+    """While waiting, outside cooldown and not paused: restore a known better plan, or search."""
+    median = state.median_seconds()
+    if state.paused or state.count < state.cooldown_until or median is None:
+        return state, []
+    best = state.best()
+    if best is not None and best[0] != state.running and best[1] < median * (1 - state.config.min_gain):
+        version, seconds = best
+        reason = (f"{_name(version)} measured {seconds:.3f} s in cluster state {state.cluster}, "
+                  f"{_pct(1 - seconds / median)} faster than the running {_name(state.running)}'s {median:.3f} s")
+        state = replace(state, due="", pending=Pending(COMMITTING, "restore", now, version=version))
+        return state, [RollBack(version, state.running, "restore", reason)]
+    found = _trigger(state, median)
+    if found is None:
+        return state, []
+    trigger, reason = found
+    request = state.next_request
+    state = replace(state, next_request=request + 1,
+                    pending=Pending(SEARCHING, trigger, now, request=request, due=state.due))
+    return state, [RequestPlan(request, trigger, reason)]
+
+
+def _on_iteration(state: Policy, event: Iteration, now: float) -> tuple[Policy, list[Action]]:
+    seconds, wait = event.seconds, event.wait_seconds
+    if event.index == state.last_index or not (math.isfinite(seconds) and seconds > 0 and math.isfinite(wait)):
+        return state, []
+    cfg = state.config
+    if event.running_version != state.running:
+        state = replace(_fresh(state), running=event.running_version)
+    since = state.since_switch + 1
+    window = state.window
+    if since > cfg.warmup:
+        window = (window + ((seconds, min(max(wait, 0.0) / seconds, 1.0)),))[-cfg.window:]
+    state = replace(state, count=state.count + 1, last_index=event.index, since_switch=since, window=window,
+                    passthrough=state.passthrough + (event.running_version == 0))
+    median = state.median_seconds()
+    if median is not None:
+        known = {**state.measured.get(state.cluster, {}), state.running: median}
+        state = replace(state, measured={**state.measured, state.cluster: known})
+    state, actions = _watch(state)
+    if state.trial is not None:
+        state, more = _evaluate(state, now)
+    elif state.phase == WAITING:
+        state, more = _decide(state, now)
+    else:
+        more = []
+    return state, actions + more
+
+
+# ---------------------------------------------------------------- outcomes
+def _on_search_done(state: Policy, event: SearchDone, now: float) -> tuple[Policy, list[Action]]:
+    pending, cfg = state.pending, state.config
+    if pending is None or pending.what != SEARCHING or pending.request != event.request:
+        return state, [Note("ignored", f"result v{event.version} of search r{event.request} ignored: no such "
+                            f"search is running")]
+    state = _latch(replace(state, pending=None), pending.trigger)
+    median, predicted, running = state.median_seconds(), event.predicted_seconds, _name(state.running)
+    gain = 1 - predicted / median if median and math.isfinite(predicted) and predicted > 0 else None
+    if gain is not None and gain > cfg.min_gain + 1e-12 and not state.paused:     # float noise at the threshold is no gain
+        state = replace(_cool(state), predicted={**state.predicted, event.version: predicted},
+                        pending=Pending(COMMITTING, pending.trigger, now, version=event.version, due=pending.due))
+        return state, [Commit(event.version, predicted, median, f"predicted gain {_pct(gain)} is over the threshold "
+                              f"{_pct(cfg.min_gain)}: v{event.version} predicted {predicted:.3f} s vs the measured "
+                              f"{median:.3f} s of {running}")]
+    state, wait = _fruitless(state)
+    if state.paused:
+        why = "replanning is paused"
+    elif median is None:
+        why = f"only {len(state.window)} measured iterations of {running}, {cfg.min_samples} are needed to compare"
+    elif gain is None:
+        why = f"its predicted iteration time {predicted} is not a time"
+    else:
+        why = (f"predicted gain {_pct(gain)} is below the threshold {_pct(cfg.min_gain)}: v{event.version} predicted "
+               f"{predicted:.3f} s vs the measured {median:.3f} s of {running}")
+    return state, [Note("not-committed", f"v{event.version} from search r{event.request} not committed: {why}; "
+                        f"keeping {running}; next search after {wait} iterations at the earliest")]
+
+
+def _on_search_failed(state: Policy, event: SearchFailed, now: float) -> tuple[Policy, list[Action]]:
+    pending = state.pending
+    if pending is None or pending.what != SEARCHING or pending.request != event.request:
+        return state, [Note("ignored", f"failure of search r{event.request} ignored: no such search is running")]
+    state, wait = _fail(state, pending)
+    return state, [Note("search-failed", f"search r{event.request} failed: {event.reason}; next attempt after "
+                        f"{wait} iterations at the earliest")]
+
+
+def _move(state: Policy, old: int, new: int) -> Policy:
+    """Plan ``old`` now runs as version ``new``: its numbers move with it."""
+    measured = {c: {(new if v == old else v): s for v, s in plans.items()} for c, plans in state.measured.items()}
+    predicted = {(new if v == old else v): s for v, s in state.predicted.items()}
+    return replace(state, measured=measured, predicted=predicted)
+
+
+def _on_committed(state: Policy, event: Committed, now: float) -> tuple[Policy, list[Action]]:
+    if event.same_as is not None and event.same_as != event.version:
+        state = _move(state, event.same_as, event.version)
+    seconds = event.predicted_seconds
+    if seconds is not None and math.isfinite(seconds) and seconds > 0:
+        state = replace(state, predicted={**state.predicted, event.version: seconds})
+    pending, cfg = state.pending, state.config
+    state = replace(_cool(state), first_done=True)
+    if pending is None or pending.what != COMMITTING or pending.version not in (event.version, event.same_as):
+        return state, [Note("committed", f"v{event.version} was committed without this policy asking; not evaluated")]
+    state = replace(state, pending=None)
+    if pending.trigger == "trial":
+        state, wait = _fruitless(state)
+        alias = f" (as v{event.version})" if event.version != pending.version else ""
+        return state, [Note("committed", f"rolled back to {_name(pending.version)}{alias}; cooldown {wait} iterations")]
+    state = replace(state, fruitless=0)
+    before = state.measured.get(state.cluster, {}).get(state.running)
+    state = replace(state, trial=Trial(event.version, state.running, before, state.count))
+    versus = f"{_name(state.running)}'s {before:.3f} s" if before is not None else f"{_name(state.running)}"
+    return state, [Note("committed", f"v{event.version} committed; measuring {cfg.evaluate} iterations after "
+                        f"{cfg.warmup} warm-up iterations against {versus}")]
+
+
+def _on_commit_failed(state: Policy, event: CommitFailed, now: float) -> tuple[Policy, list[Action]]:
+    pending = state.pending
+    if pending is None or pending.what != COMMITTING or pending.version != event.version:
+        return state, [Note("ignored", f"failure of the commit of v{event.version} ignored: not committing it")]
+    state, wait = _fail(state, pending)
+    return state, [Note("commit-failed", f"commit of {_name(event.version)} failed: {event.reason}; keeping "
+                        f"{_name(state.running)}; cooldown {wait} iterations")]
+
+
+# ---------------------------------------------------------------- operator and cluster
+def _cancel(state: Policy, why: str) -> tuple[Policy, list[Action]]:
+    pending = state.pending
+    if pending is None or pending.what != SEARCHING:
+        return state, []
+    return replace(_cool(state), pending=None), [CancelSearch(pending.request, f"search r{pending.request} "
+                                                              f"cancelled: {why}")]
+
+
+def _on_cluster(state: Policy, event: ClusterChanged, now: float) -> tuple[Policy, list[Action]]:
+    if event.cluster == state.cluster:
+        return state, []
+    old = state.cluster
+    due = f"cluster state changed from {old} to {event.cluster}"
+    trial = None if state.trial is None else replace(state.trial, previous_seconds=None)
+    state = replace(_fresh(state), cluster=event.cluster, due=due, trial=trial, slow_latched=False, wait_latched=False)
+    state, actions = _cancel(state, "it was for the old cluster state")
+    best = state.best()
+    known = f"best known plan there: {_name(best[0])} ({best[1]:.3f} s)" if best else "no plan known there"
+    return state, actions + [Note("cluster", f"{due}; measurements of {old} no longer count; {known}; deciding once "
+                                  f"{state.config.min_samples} iterations are measured")]
+
+
+def _on_pause(state: Policy, event: Pause, now: float) -> tuple[Policy, list[Action]]:
+    if state.paused:
+        return state, []
+    state, actions = _cancel(replace(state, paused=True), "replanning paused")
+    return state, actions + [Note("paused", f"replanning paused{': ' + event.reason if event.reason else ''}")]
+
+
+def _on_resume(state: Policy, event: Resume, now: float) -> tuple[Policy, list[Action]]:
+    if not state.paused:
+        return state, []
+    return replace(state, paused=False), [Note("resumed", "replanning resumed" +
+                                               (f": {event.reason}" if event.reason else ""))]
+
+
+def _on_tick(state: Policy, event: Tick, now: float) -> tuple[Policy, list[Action]]:
+    return state, []
+
+
+_HANDLERS = {Iteration: _on_iteration, SearchDone: _on_search_done, SearchFailed: _on_search_failed,
+             Committed: _on_committed, CommitFailed: _on_commit_failed, ClusterChanged: _on_cluster,
+             Pause: _on_pause, Resume: _on_resume, Tick: _on_tick}
+
+
+def step(state: Policy, event: Event, now: float) -> tuple[Policy, list[Action]]:
+    """The policy's next state and its actions, in order (``now`` in seconds, any monotonic clock)."""
+    handler = _HANDLERS.get(type(event))
+    if handler is None:
+        raise TypeError(f"the replanning policy has no rule for {type(event).__name__}")
+    state, actions = _timeouts(state, now)
+    state, more = handler(state, event, now)
+    return state, actions + more

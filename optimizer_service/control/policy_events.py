@@ -1,0 +1,201 @@
+"""The replanning policy's inputs and outputs as values: its config (set per
+job), its events (what the service feeds it) and its actions (what it asks the
+service to do, and the decisions it records). Re-exported by
+:mod:`optimizer_service.control.policy`, whose docstring says when each event
+is fed, what each action asks for, and why each default is what it is.
+
+Every action has a ``kind`` (a short word for the job's event log and the
+dashboard) and a ``reason`` (one human-readable sentence); ``str(action)`` is
+``"<kind>: <reason>"``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from optimizer_service.errors import InvalidInputError
+
+
+# ---------------------------------------------------------------- config
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Thresholds (fractions), counts (iterations) and ``pending_timeout`` (seconds); the module docstring says why."""
+
+    first_plan_after: int = 20
+    warmup: int = 5
+    window: int = 20
+    min_samples: int = 10
+    min_gain: float = 0.05
+    slow_trigger: float = 0.15
+    slow_clear: float = 0.10
+    wait_trigger: float = 0.05
+    wait_clear: float = 0.03
+    consecutive: int = 10
+    cooldown: int = 30
+    max_backoff: int = 8
+    evaluate: int = 20
+    rollback_margin: float = 0.03
+    switch_within: int = 200
+    pending_timeout: float = 600.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not 1 <= self.min_samples <= self.evaluate <= self.window:
+            problems.append(f"1 <= min_samples <= evaluate <= window (got {self.min_samples}, {self.evaluate}, "
+                            f"{self.window})")
+        if self.warmup < 0 or self.first_plan_after < self.warmup + self.min_samples:
+            problems.append(f"0 <= warmup and first_plan_after >= warmup + min_samples (got {self.warmup}, "
+                            f"{self.first_plan_after})")
+        if not (0 <= self.slow_clear <= self.slow_trigger and 0 <= self.wait_clear <= self.wait_trigger):
+            problems.append("0 <= slow_clear <= slow_trigger and 0 <= wait_clear <= wait_trigger")
+        if not (0 <= self.min_gain < 1 and self.rollback_margin >= 0):
+            problems.append(f"0 <= min_gain < 1 and rollback_margin >= 0 (got {self.min_gain}, {self.rollback_margin})")
+        if min(self.consecutive, self.cooldown, self.max_backoff, self.switch_within) < 1 or self.pending_timeout <= 0:
+            problems.append("consecutive, cooldown, max_backoff, switch_within >= 1 and pending_timeout > 0")
+        if problems:
+            raise InvalidInputError("replanning policy config needs " + "; ".join(problems))
+
+
+# ---------------------------------------------------------------- events
+@dataclass(frozen=True)
+class Iteration:
+    """One completed training iteration of the job, in order: its index, its
+    duration and the dispatcher waits in it (seconds), and the plan version the
+    ranks ran (0: passthrough, no plan)."""
+    index: int
+    seconds: float
+    wait_seconds: float = 0.0
+    running_version: int = 0
+
+
+@dataclass(frozen=True)
+class SearchDone:
+    """The search asked for by :class:`RequestPlan` ``request`` produced plan
+    ``version`` (stored, not committed), predicted to take ``predicted_seconds``
+    per iteration."""
+    request: int
+    version: int
+    predicted_seconds: float
+
+
+@dataclass(frozen=True)
+class SearchFailed:
+    """Search ``request`` failed, was aborted or produced no plan."""
+    request: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Committed:
+    """The coordinator committed plan ``version`` (any commit of the job, asked
+    for by this policy or not). ``same_as``: the version whose plan it re-installs
+    when a :class:`RollBack` was carried out under a new version number (the
+    coordinator's versions only grow); its measurements move to ``version``."""
+    version: int
+    predicted_seconds: float | None = None
+    same_as: int | None = None
+
+
+@dataclass(frozen=True)
+class CommitFailed:
+    """The commit of ``version`` was aborted (a rank voted no, votes timed out)."""
+    version: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class ClusterChanged:
+    """The cluster state the job runs on is now ``cluster`` (e.g. a hash of the
+    calibrated topology); measurements taken under another state no longer count."""
+    cluster: str
+
+
+@dataclass(frozen=True)
+class Pause:
+    """An operator paused replanning for the job."""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """An operator resumed replanning for the job."""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed (lets a search or commit that never answers time out)."""
+
+
+Event = Iteration | SearchDone | SearchFailed | Committed | CommitFailed | ClusterChanged | Pause | Resume | Tick
+
+
+# ---------------------------------------------------------------- actions
+class _Said:
+    """What every action shares: its text is ``"kind: reason"`` (the job event the service stores)."""
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class RequestPlan(_Said):
+    """Start a search for a better plan; answer with :class:`SearchDone` or
+    :class:`SearchFailed` carrying ``request``. ``trigger`` is one of
+    ``first``, ``cluster``, ``slow``, ``waits``."""
+    request: int
+    trigger: str
+    reason: str
+    kind: ClassVar[str] = "replan"
+
+
+@dataclass(frozen=True)
+class CancelSearch(_Said):
+    """Stop search ``request``; its result, should it still come, is ignored."""
+    request: int
+    reason: str
+    kind: ClassVar[str] = "cancel"
+
+
+@dataclass(frozen=True)
+class Commit(_Said):
+    """Commit plan ``version`` (submit it to the 2PC coordinator); answer with
+    :class:`Committed` or :class:`CommitFailed`. ``predicted_seconds`` and
+    ``baseline_seconds`` (the running plan's measured median) are what the
+    predicted gain was computed from."""
+    version: int
+    predicted_seconds: float
+    baseline_seconds: float
+    reason: str
+    kind: ClassVar[str] = "commit"
+
+    @property
+    def gain(self) -> float:
+        return 1.0 - self.predicted_seconds / self.baseline_seconds
+
+
+@dataclass(frozen=True)
+class RollBack(_Said):
+    """Re-install plan ``to_version`` (0: passthrough) instead of ``from_version``;
+    answer with :class:`Committed` (``same_as=to_version`` when re-submitted under
+    a new version) or :class:`CommitFailed`. ``cause``: ``trial`` (the new plan
+    measured slower than the previous one) or ``restore`` (a plan known to be
+    faster in this cluster state)."""
+    to_version: int
+    from_version: int
+    cause: str
+    reason: str
+    kind: ClassVar[str] = "rollback"
+
+
+@dataclass(frozen=True)
+class Note(_Said):
+    """A decision that changes nothing outside the policy, recorded with its
+    reason: ``not-committed``, ``kept``, ``abandoned``, ``search-failed``,
+    ``commit-failed``, ``timeout``, ``committed``, ``cluster``, ``cleared``,
+    ``paused``, ``resumed``, ``ignored``."""
+    kind: str
+    reason: str
+
+
+Action = RequestPlan | CancelSearch | Commit | RollBack | Note
