@@ -368,6 +368,10 @@ class PlanRuntime:
 
     # -------------------------------------------------------------- workers
     def _work(self, channel: int) -> None:
+        # Motifs copy into views the calling thread made, possibly under no_grad (an
+        # autograd.Function's forward, as torch.distributed.nn's all_to_all_single): grad
+        # mode is per thread, and in-place writes to such views with it on are refused.
+        torch.set_grad_enabled(False)
         queue = self._queues[channel]
         while True:
             with self._queue_cond:

@@ -2,6 +2,9 @@
 
 ``train_ddp.py`` and ``train_fsdp.py`` differ only in the model and how it is
 wrapped; each calls :func:`main` with its own description and model builder.
+``train_dlrm.py`` has its own loop (two model halves, its own data) but the
+same flags (:func:`parse_args` with its model's), start-up and shut-down
+(:func:`run`), step end (:func:`finish_step`) and JSON (:func:`summary`).
 Every rank builds the same model (fixed seed), draws its own deterministic
 synthetic batches (seed + rank) from a fixed random "teacher" network, and
 trains with SGD. Each step the loss is averaged over the ranks (one more
@@ -19,7 +22,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
@@ -35,13 +38,17 @@ BATCH_SIZE = 64
 LEARNING_RATE = 0.05
 
 
-def parse_args(description: str, argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(description: str, argv: list[str] | None = None,
+               add_flags: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
+    """The shared flags, and a script's own (``add_flags`` adds them to the parser)."""
     parser = argparse.ArgumentParser(description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--backend", default=os.environ.get("P2_EXAMPLE_BACKEND", DEFAULT_BACKEND),
                         help="torch.distributed backend (default: $P2_EXAMPLE_BACKEND or %(default)s)")
     parser.add_argument("--steps", type=int, default=20, help="training steps (default: %(default)s)")
     parser.add_argument("--json", metavar="OUT", help="rank 0 writes the losses and the time here")
+    if add_flags is not None:
+        add_flags(parser)
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error("--steps must be at least 1")
@@ -56,13 +63,18 @@ def backend_problem(backend: str) -> str | None:
     return f"torch.distributed backend {backend!r} is not registered (known: {known})"
 
 
-def synthetic_batches(rank: int, width: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """This rank's endless batches: inputs from seed ``DATA_SEED + rank``, targets from a fixed teacher MLP."""
+def teacher_network(width: int, generator: torch.Generator) -> nn.Sequential:
+    """The fixed random MLP (``width`` -> 64 -> 1) whose outputs the examples learn; weights from ``generator``."""
     teacher = nn.Sequential(nn.Linear(width, 64), nn.ReLU(), nn.Linear(64, 1))
-    generator = torch.Generator().manual_seed(MODEL_SEED + 1)
     with torch.no_grad():
         for parameter in teacher.parameters():
             parameter.copy_(torch.randn(parameter.shape, generator=generator) / math.sqrt(parameter.shape[-1]))
+    return teacher
+
+
+def synthetic_batches(rank: int, width: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's endless batches: inputs from seed ``DATA_SEED + rank``, targets from a fixed teacher MLP."""
+    teacher = teacher_network(width, torch.Generator().manual_seed(MODEL_SEED + 1))
     generator = torch.Generator().manual_seed(DATA_SEED + rank)
     while True:
         inputs = torch.randn(BATCH_SIZE, width, generator=generator)
@@ -71,12 +83,35 @@ def synthetic_batches(rank: int, width: int) -> Iterator[tuple[torch.Tensor, tor
         yield inputs, targets
 
 
+def finish_step(step: int, loss: torch.Tensor, optimizers: Sequence[torch.optim.Optimizer]) -> float:
+    """End iteration ``step`` after its backward pass; returns the loss averaged over the ranks.
+
+    The loss average is the iteration's last collective, so every collective of
+    step K belongs to iteration K; then the optimizers step, ``enforcer.step()``
+    marks the boundary, and rank 0 prints ``step K loss X``.
+    """
+    mean_loss = loss.detach().clone()
+    dist.all_reduce(mean_loss)
+    for optimizer in optimizers:
+        optimizer.step()
+    enforcer.step()           # the iteration boundary, where the enforcer may switch plans
+    mean = mean_loss.item() / dist.get_world_size()
+    if dist.get_rank() == 0:
+        print(f"step {step} loss {mean:.6f}", flush=True)
+    return mean
+
+
+def summary(args: argparse.Namespace, losses: list[float], seconds: float) -> dict:
+    """What ``--json`` holds (a script may add its own keys)."""
+    return {"backend": args.backend, "world_size": dist.get_world_size(), "steps": args.steps, "losses": losses,
+            "seconds": seconds}
+
+
 def train(args: argparse.Namespace, build_model: Callable[[], nn.Module], width: int) -> dict:
-    rank, world_size = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(MODEL_SEED)
     model = build_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
-    batches = synthetic_batches(rank, width)
+    batches = synthetic_batches(dist.get_rank(), width)
     losses = []
     start = time.perf_counter()
     for step in range(1, args.steps + 1):
@@ -84,16 +119,8 @@ def train(args: argparse.Namespace, build_model: Callable[[], nn.Module], width:
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.mse_loss(model(inputs), targets)
         loss.backward()
-        mean_loss = loss.detach().clone()
-        dist.all_reduce(mean_loss)
-        optimizer.step()
-        enforcer.step()           # the iteration boundary, where the enforcer may switch plans
-        losses.append(mean_loss.item() / world_size)
-        if rank == 0:
-            print(f"step {step} loss {losses[-1]:.6f}", flush=True)
-    seconds = time.perf_counter() - start
-    return {"backend": args.backend, "world_size": world_size, "steps": args.steps, "losses": losses,
-            "seconds": seconds}
+        losses.append(finish_step(step, loss, [optimizer]))
+    return summary(args, losses, time.perf_counter() - start)
 
 
 def write_json(path: str, result: dict) -> None:
@@ -104,16 +131,21 @@ def write_json(path: str, result: dict) -> None:
     os.replace(partial, path)
 
 
-def main(description: str, build_model: Callable[[], nn.Module], width: int, argv: list[str] | None = None) -> int:
-    args = parse_args(description, argv)
-    problem = backend_problem(args.backend)
+def run(args: argparse.Namespace, train_job: Callable[[argparse.Namespace], dict],
+        check: Callable[[argparse.Namespace], str | None] | None = None) -> int:
+    """A script's life: check the flags, join the env:// world, ``train_job``, leave, rank 0 writes the JSON.
+
+    A problem with the backend (or one ``check`` names) is one line on stderr
+    and exit code 2, before any rendezvous.
+    """
+    problem = backend_problem(args.backend) or (check(args) if check is not None else None)
     if problem:
         print(f"{os.path.basename(sys.argv[0])}: error: {problem}", file=sys.stderr)
         return 2
     dist.init_process_group(backend=args.backend)
     try:
         rank = dist.get_rank()
-        result = train(args, build_model, width)
+        result = train_job(args)
     finally:
         # A wrapped model (FSDP2's especially) lives on in reference cycles that hold the
         # process group. Collect it so the group goes down here: left to interpreter exit,
@@ -124,3 +156,7 @@ def main(description: str, build_model: Callable[[], nn.Module], width: int, arg
     if args.json and rank == 0:
         write_json(args.json, result)
     return 0
+
+
+def main(description: str, build_model: Callable[[], nn.Module], width: int, argv: list[str] | None = None) -> int:
+    return run(parse_args(description, argv), lambda args: train(args, build_model, width))
