@@ -383,8 +383,8 @@ class PlanRuntime:
             for before in self.dependencies[submitted.op_index][motif_index]:
                 submitted.done[before].wait()
             tracer = self.group.tracer
-            start = tracer.now()
-            try:
+            try:        # whatever fails here reaches the op's waiter: a worker never dies
+                start = tracer.now()
                 self._run(submitted, submitted.op.motifs[motif_index], channel)
                 tracer.motif(submitted.record, submitted.op.order[motif_index], channel,
                              submitted.waits.get(motif_index, 0.0), start, tracer.now() - start)

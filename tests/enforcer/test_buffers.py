@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -86,12 +87,19 @@ def test_all_to_all_sees_blocks():
 class Tracer:
     def __init__(self) -> None:
         self.completed: list[object] = []
+        self.motifs: list[tuple[int, int]] = []
 
     def complete(self, record) -> None:
         self.completed.append(record)
 
     def wait(self, order: int, seconds: float) -> None:
         pass
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def motif(self, record, order: int, channel: int, waited: float, start: float, seconds: float) -> None:
+        self.motifs.append((order, channel))
 
 
 def one_rank_runtime() -> PlanRuntime:
@@ -114,6 +122,7 @@ def test_the_runtime_starts_threads_only_when_started_and_stops_them_on_close():
     assert work is not None and record.enforced
     work.wait()
     assert work.result() == [tensor] and runtime.group.tracer.completed == [record]
+    assert runtime.group.tracer.motifs == [(0, 0)]          # the motif was timed
     runtime.close()
     assert threading.active_count() == before
 
