@@ -195,7 +195,10 @@ def test_fenced_appends_race_a_takeover_without_a_late_write(reopen):
     accepted, stop = [], threading.Event()
 
     def append() -> None:
-        for i in range(10_000):
+        deadline = time.monotonic() + 60        # a count could run out before the takeover gets the lock
+        i = 0
+        while time.monotonic() < deadline:
+            i += 1
             try:
                 accepted.append(old.append_log("job", {"i": i}, epoch=ours))
             except StoreFencedError:
@@ -208,7 +211,7 @@ def test_fenced_appends_race_a_takeover_without_a_late_write(reopen):
         time.sleep(0.001)
     newer.next_epoch()
     marker = newer.append_log("job", {"takeover": True})
-    writer.join(60)
+    writer.join(90)
     assert stop.is_set()
     assert all(seq < marker for seq in accepted), "an append of the old epoch landed after the takeover"
 
