@@ -132,13 +132,18 @@ class Tracer:
     def iteration_motifs(self, iteration: int, limit: int) -> tuple[list[MotifRecord], int]:
         """The first ``limit`` motifs run for ``iteration``'s ops, in the order they
         finished, and how many more there were (for telemetry, like :meth:`iteration_ops`)."""
-        found: list[MotifRecord] = []
-        for record in reversed(list(self._motifs)):
-            if record.iteration > iteration:
-                continue
-            if record.iteration < iteration:
+        while True:     # scans back from the end only: no copy of the whole deque every iteration
+            found: list[MotifRecord] = []
+            try:
+                for record in reversed(self._motifs):
+                    if record.iteration > iteration:
+                        continue
+                    if record.iteration < iteration:
+                        break
+                    found.append(record)
                 break
-            found.append(record)
+            except RuntimeError:        # a channel worker appended meanwhile (no lock: see motif): again
+                continue
         found.reverse()
         return found[:limit], max(0, len(found) - limit)
 

@@ -24,9 +24,6 @@ from p2.v1 import optimizer_pb2_grpc
 
 log = logging.getLogger("p2.service")
 
-MAX_TRACE_ITERATIONS = 10_000
-MAX_TRACE_TIMEOUT = 600
-
 _JOB_STATES = {REGISTERING: api.REGISTERING, LIVE: api.LIVE, DEGRADED: api.DEGRADED}
 _PLAN_STATES = {"preparing": api.PREPARING, "committed": api.COMMITTED, "aborted": api.ABORTED}
 
@@ -104,11 +101,9 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
 
     async def GetTraces(self, request, context):
         try:
-            iterations = requests.count(request.iterations, "iterations", 0, MAX_TRACE_ITERATIONS)
-            timeout = requests.seconds(request.timeout_seconds, "timeout_seconds") or TRACE_TIMEOUT_SECONDS
-            if timeout > MAX_TRACE_TIMEOUT:
-                raise requests.RequestError("timeout_seconds", f"{timeout:g} s; at most {MAX_TRACE_TIMEOUT} s")
-            traces = await self.core.collect_traces(request.job_id, iterations or TRACE_ITERATIONS, timeout)
+            iterations, timeout = requests.get_traces(request)
+            traces = await self.core.collect_traces(request.job_id, iterations or TRACE_ITERATIONS,
+                                                    timeout or TRACE_TIMEOUT_SECONDS)
         except Exception as error:
             code = status_of(error)
             if code is None:

@@ -62,7 +62,7 @@ from optimizer_service.service import requests
 from optimizer_service.service.events import EventBus
 from optimizer_service.service.jobs import LIVE, Job, PlanState, RankInfo, RankSession
 from optimizer_service.service.store.base import PlanStore, StoredPlan, StoreFencedError
-from optimizer_service.service.traces import MAX_TRACE_BYTES, TraceRequestError, check_chunk
+from optimizer_service.service.traces import MAX_TRACE_BYTES, TraceRequestError
 from p2.v1 import enforcer_link_pb2 as link
 
 log = logging.getLogger("p2.service")
@@ -347,7 +347,7 @@ class ServiceCore:
                 async with job.lock:
                     await self._step(job, Progress(session.rank, telemetry.iteration))
         elif body == "trace_chunk":
-            check_chunk(message.trace_chunk)
+            requests.trace_chunk(message.trace_chunk)
             job.traces.chunk(session.rank, message.trace_chunk)
         elif body == "register":
             raise requests.RequestError("register", "a stream registers once, in its first message")

@@ -19,7 +19,9 @@ MAX_TELEMETRY_OPS = 4_096        # op timings in one Telemetry message
 MAX_TOPOLOGY_CHARACTERS = 1 << 20   # a topology YAML document a rank sends with Register
 MAX_TELEMETRY_MOTIFS = 8_192     # motif timings in one Telemetry message
 MAX_CHANNEL = 1_024
-MAX_TRACE_CHUNK = 4 * 1024 * 1024
+MAX_TRACE_CHUNK = 4 * 1024 * 1024    # trace bytes in one TraceChunk
+MAX_TRACE_ITERATIONS = 10_000        # iterations of each rank's trace GetTraces may ask for
+MAX_TRACE_TIMEOUT = 600.0            # seconds GetTraces may wait for the ranks
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024    # the largest gRPC message either way (a plan of 64 MiB and then some)
 
 
@@ -94,3 +96,18 @@ def telemetry(message, world_size: int) -> None:
 def reason(value: str) -> str:
     """A reason a rank gave, cut to one line of at most MAX_TEXT characters when it is longer."""
     return " ".join(value.split())[:MAX_TEXT] if len(value) > MAX_TEXT else value
+
+
+def trace_chunk(message) -> None:
+    """A ``p2.v1.TraceChunk``, before its bytes are looked at."""
+    if len(message.data) > MAX_TRACE_CHUNK:
+        raise RequestError("trace_chunk.data", f"{len(message.data)} bytes; at most {MAX_TRACE_CHUNK >> 20} MiB a chunk")
+
+
+def get_traces(message) -> tuple[int, float]:
+    """A ``p2.v1.GetTracesRequest``: its iterations and timeout (0 where it left them to the service)."""
+    iterations = count(message.iterations, "iterations", 0, MAX_TRACE_ITERATIONS)
+    timeout = seconds(message.timeout_seconds, "timeout_seconds")
+    if timeout > MAX_TRACE_TIMEOUT:
+        raise RequestError("timeout_seconds", f"{timeout:g} s; at most {MAX_TRACE_TIMEOUT:g} s")
+    return iterations, timeout

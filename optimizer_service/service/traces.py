@@ -18,7 +18,6 @@ import json
 from dataclasses import dataclass, field
 
 from optimizer_service.plan.trace import TRACE_FORMAT
-from optimizer_service.service.requests import RequestError
 
 MAX_TRACE_BYTES = 64 << 20          # JSON bytes one rank may send for one request
 
@@ -97,9 +96,3 @@ class TraceRequests:
         pending = self._pending.pop(request_id)
         if not pending.future.done():
             pending.future.set_exception(TraceRequestError(why))
-
-
-def check_chunk(message) -> None:
-    """Bounds of one ``TraceChunk`` before it is looked at (INVALID_ARGUMENT otherwise)."""
-    if len(message.data) > 4 << 20:
-        raise RequestError("trace_chunk.data", f"{len(message.data)} bytes; at most 4 MiB a chunk")

@@ -34,11 +34,11 @@ from redis.retry import Retry
 from optimizer_service.service.store.base import (
     PlanStore,
     StoreConflictError,
-    fenced,
     StoredPlan,
     StoreError,
     StoreInputError,
     StoreUnavailableError,
+    fenced,
 )
 from optimizer_service.service.store.validation import (
     MAX_EPOCH,

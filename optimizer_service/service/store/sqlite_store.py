@@ -19,10 +19,10 @@ from pathlib import Path
 from optimizer_service.service.store.base import (
     PlanStore,
     StoreConflictError,
-    fenced,
     StoredPlan,
     StoreError,
     StoreUnavailableError,
+    fenced,
 )
 from optimizer_service.service.store.validation import (
     MAX_EPOCH,
