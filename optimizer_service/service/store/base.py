@@ -2,7 +2,7 @@
 
 Two implementations (``sqlite_store``, ``redis_store``) keep the service's
 durable state: jobs, immutable versioned plans, each plan's two-phase-commit
-state, the coordinator's decision log and epoch, and bounded telemetry. The
+state, the coordinator's decision log and epoch, bounded telemetry and job events. The
 service calls every method from one worker thread; implementations are also
 safe to call from several threads and, on the same file or server, from
 several processes.
@@ -130,6 +130,15 @@ class PlanStore(abc.ABC):
     @abc.abstractmethod
     def recent_telemetry(self, job_id: str, limit: int = 100) -> list[dict]:
         """The job's last ``limit`` summaries, newest last."""
+
+    # job events (every decision of the replanning policy, with its reason): bounded, most recent kept
+    @abc.abstractmethod
+    def add_event(self, job_id: str, event: dict, keep: int = 10_000) -> None:
+        """Append an event document and drop the job's oldest beyond ``keep``."""
+
+    @abc.abstractmethod
+    def recent_events(self, job_id: str, limit: int = 100) -> list[dict]:
+        """The job's last ``limit`` events, newest last."""
 
     @abc.abstractmethod
     def ping(self) -> None:

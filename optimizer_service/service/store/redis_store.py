@@ -15,7 +15,8 @@ client value can name another key. A job's keys:
   reserved version), ``p2:epoch`` (integer);
 * ``p2:plans:JOB`` / ``p2:plan_submitted:JOB`` / ``p2:plan_state:JOB`` (hashes by version);
 * ``p2:log:JOB`` (list, append-only: the sequence number is the length after
-  the append), ``p2:telemetry:JOB`` (list trimmed to the last ``keep``).
+  the append), ``p2:telemetry:JOB`` and ``p2:events:JOB`` (lists trimmed to the
+  last ``keep``).
 
 Writes that touch several keys run as one Lua script or MULTI/EXEC. Commands
 are not retried: a retried append could be applied twice.
@@ -81,6 +82,9 @@ def check_prefix(prefix: object) -> str:
     if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
         raise StoreInputError(f"key prefix {preview(prefix)} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ : -")
     return prefix
+
+
+_SINGULAR = {"telemetry": "telemetry summary", "events": "job event"}
 
 
 class RedisPlanStore(PlanStore):
@@ -210,24 +214,36 @@ class RedisPlanStore(PlanStore):
             return int(client.incr(self._key("epoch")))
 
     def add_telemetry(self, job_id: str, summary: dict, keep: int = 1000) -> None:
+        self._push("telemetry", job_id, summary, keep)
+
+    def recent_telemetry(self, job_id: str, limit: int = 100) -> list[dict]:
+        return self._recent("telemetry", job_id, limit)
+
+    def add_event(self, job_id: str, event: dict, keep: int = 10_000) -> None:
+        self._push("events", job_id, event, keep)
+
+    def recent_events(self, job_id: str, limit: int = 100) -> list[dict]:
+        return self._recent("events", job_id, limit)
+
+    def _push(self, name: str, job_id: str, document: dict, keep: int) -> None:
         check_job_id(job_id)
         check_count("keep", keep, 1, MAX_TELEMETRY_KEEP)
-        text = encode_document(summary, "telemetry summary")
-        key = self._key("telemetry", job_id)
+        text = encode_document(document, _SINGULAR[name])
+        key = self._key(name, job_id)
         with self._guard() as client:
             pipe = client.pipeline(transaction=True)
             pipe.rpush(key, text)
             pipe.ltrim(key, -keep, -1)
             pipe.execute()
 
-    def recent_telemetry(self, job_id: str, limit: int = 100) -> list[dict]:
+    def _recent(self, name: str, job_id: str, limit: int) -> list[dict]:
         check_job_id(job_id)
         check_count("limit", limit, 0, MAX_TELEMETRY_KEEP)
         if limit == 0:
             return []
         with self._guard() as client:
-            texts = client.lrange(self._key("telemetry", job_id), -limit, -1)
-        return [decode_document(text, f"telemetry summary of {job_id}") for text in texts]
+            texts = client.lrange(self._key(name, job_id), -limit, -1)
+        return [decode_document(text, f"{_SINGULAR[name]} of {job_id}") for text in texts]
 
     def ping(self) -> None:
         with self._guard() as client:

@@ -58,7 +58,13 @@ CREATE TABLE IF NOT EXISTS counters (
 CREATE TABLE IF NOT EXISTS telemetry (
     id INTEGER PRIMARY KEY, job_id TEXT NOT NULL, summary TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS telemetry_by_job ON telemetry (job_id, id);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY, job_id TEXT NOT NULL, summary TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, id);
 """
+
+
+_SINGULAR = {"telemetry": "telemetry summary", "events": "job event"}
 
 
 class SqlitePlanStore(PlanStore):
@@ -224,21 +230,34 @@ class SqlitePlanStore(PlanStore):
             return db.execute("SELECT value FROM counters WHERE name = 'epoch'").fetchone()[0]
 
     def add_telemetry(self, job_id: str, summary: dict, keep: int = 1000) -> None:
-        check_job_id(job_id)
-        check_count("keep", keep, 1, MAX_TELEMETRY_KEEP)
-        text = encode_document(summary, "telemetry summary")
-        with self._transaction() as db:
-            db.execute("INSERT INTO telemetry (job_id, summary) VALUES (?, ?)", (job_id, text))
-            db.execute("DELETE FROM telemetry WHERE job_id = ? AND id <= (SELECT id FROM telemetry "
-                       "WHERE job_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)", (job_id, job_id, keep))
+        self._push("telemetry", job_id, summary, keep)
 
     def recent_telemetry(self, job_id: str, limit: int = 100) -> list[dict]:
+        return self._recent("telemetry", job_id, limit)
+
+    def add_event(self, job_id: str, event: dict, keep: int = 10_000) -> None:
+        self._push("events", job_id, event, keep)
+
+    def recent_events(self, job_id: str, limit: int = 100) -> list[dict]:
+        return self._recent("events", job_id, limit)
+
+    def _push(self, table: str, job_id: str, document: dict, keep: int) -> None:
+        """Append to one of the bounded tables (a fixed name, never client text)."""
+        check_job_id(job_id)
+        check_count("keep", keep, 1, MAX_TELEMETRY_KEEP)
+        text = encode_document(document, _SINGULAR[table])
+        with self._transaction() as db:
+            db.execute(f"INSERT INTO {table} (job_id, summary) VALUES (?, ?)", (job_id, text))
+            db.execute(f"DELETE FROM {table} WHERE job_id = ? AND id <= (SELECT id FROM {table} "
+                       "WHERE job_id = ? ORDER BY id DESC LIMIT 1 OFFSET ?)", (job_id, job_id, keep))
+
+    def _recent(self, table: str, job_id: str, limit: int) -> list[dict]:
         check_job_id(job_id)
         check_count("limit", limit, 0, MAX_TELEMETRY_KEEP)
         with self._guard() as db:
-            rows = db.execute("SELECT id, summary FROM (SELECT id, summary FROM telemetry WHERE job_id = ? "
+            rows = db.execute(f"SELECT id, summary FROM (SELECT id, summary FROM {table} WHERE job_id = ? "
                               "ORDER BY id DESC LIMIT ?) ORDER BY id", (job_id, limit)).fetchall()
-        return [decode_document(text, f"telemetry {job_id} #{row_id}") for row_id, text in rows]
+        return [decode_document(text, f"{_SINGULAR[table]} {job_id} #{row_id}") for row_id, text in rows]
 
     def ping(self) -> None:
         with self._guard() as db:

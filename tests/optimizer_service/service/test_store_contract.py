@@ -102,11 +102,13 @@ def test_job_ids_that_share_a_prefix_keep_separate_data(store):
         store.add_plan(job, 1, f"plan of {job}", 1.0)
         store.append_log(job, {"job": job})
         store.add_telemetry(job, {"job": job})
+        store.add_event(job, {"job": job})
     for job in ("a", "a:log", "a:1"):
         assert store.get_job(job) == {"job": job}
         assert [plan.plan_json for plan in store.list_plans(job)] == [f"plan of {job}"]
         assert store.read_log(job) == [{"job": job}]
         assert store.recent_telemetry(job) == [{"job": job}]
+        assert store.recent_events(job) == [{"job": job}]
 
 
 # --- plans ------------------------------------------------------------------------------------------------------
@@ -229,6 +231,18 @@ def test_telemetry_keeps_the_most_recent_in_order(store):
     assert store.recent_telemetry("other") == [{"iteration": 0}]
 
 
+def test_events_keep_the_most_recent_in_order_apart_from_telemetry(reopen):
+    store = reopen()
+    for i in range(10):
+        store.add_event("job", {"kind": "replan", "reason": f"number {i}"}, keep=4)
+    store.add_telemetry("job", {"iteration": 0})
+    assert [event["reason"] for event in store.recent_events("job")] == [f"number {i}" for i in range(6, 10)]
+    assert store.recent_events("job", limit=1) == [{"kind": "replan", "reason": "number 9"}]
+    assert reopen().recent_events("job", limit=0) == []
+    assert reopen().recent_telemetry("job") == [{"iteration": 0}]
+    assert store.recent_events("other") == []
+
+
 # --- refusals ---------------------------------------------------------------------------------------------------
 
 def deeply_nested(depth: int) -> list:
@@ -252,6 +266,8 @@ ALL_CALLS = {
     "read_log": lambda store, job: store.read_log(job),
     "add_telemetry": lambda store, job: store.add_telemetry(job, {}),
     "recent_telemetry": lambda store, job: store.recent_telemetry(job),
+    "add_event": lambda store, job: store.add_event(job, {}),
+    "recent_events": lambda store, job: store.recent_events(job),
 }
 BAD_VALUES = {
     "plan one byte too large": lambda s: s.add_plan("job", 1, "x" * (MAX_PLAN_BYTES + 1), 1.0),
