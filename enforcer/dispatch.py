@@ -16,9 +16,16 @@ The rules (Pseudocode 2, with our reading of the deadlock case):
   are therefore handed over one right after the other, with no wait between
   them once their ops have come: they run at once when their channels differ.
 * **Waits.** For the next slot the dispatcher waits until its op has been
-  submitted; the time from first looking at the slot to resolving it is
-  reported as ``(order, seconds)`` when above :data:`MIN_WAIT` (the trace's
-  ``waits``, the optimizer's replanning signal).
+  submitted. What it reports as the slot's wait, ``(order, seconds)`` when
+  above :data:`MIN_WAIT` (the trace's ``waits``, the optimizer's replanning
+  signal), is the time from the first moment it held back *ready* work for it
+  — another submitted op with motifs not handed over — to resolving the slot.
+  Our reading of §4.4's "wait time in the busy loop": time the dispatcher
+  idles because the program is still computing the next op is not the plan's
+  doing (any order waits for it); time it holds back an op that came is, and
+  only that says the plan's order is off (Syndicate replans when it passes
+  5 % of the iteration). Counting the first would put most of every
+  iteration in "waits" and replan forever.
 * **Promotion.** While the slot's op has not been submitted, an op of the
   iteration the program already waits on (``wait()``) whose motifs are not all
   handed over is *promoted*: its remaining motifs are handed over at once, in
@@ -91,7 +98,7 @@ class Iteration(Protocol):
 
 @dataclass(frozen=True)
 class Cursor:
-    """Where the dispatcher is in the iteration: the next slot, and since when it looks at it."""
+    """Where the dispatcher is in the iteration: the next slot, and since when it holds ready work back for it."""
 
     position: int = 0
     since: float | None = None
@@ -117,6 +124,12 @@ def promoted(schedule: Schedule, iteration: Iteration) -> int | None:
     return None
 
 
+def _holds_back(schedule: Schedule, iteration: Iteration, waiting_for: int) -> bool:
+    """Whether an op other than ``waiting_for`` came and has motifs not handed over."""
+    return any(op != waiting_for and len(submitted.dispatched) < len(schedule.orders[op])
+               for op, submitted in iteration.ops.items())
+
+
 def next_step(schedule: Schedule, cursor: Cursor, iteration: Iteration, now: float) -> Step:
     """Decide the dispatcher's next step at time ``now`` (Pseudocode 2; see the module doc).
 
@@ -126,8 +139,10 @@ def next_step(schedule: Schedule, cursor: Cursor, iteration: Iteration, now: flo
     if cursor.position >= len(schedule.slots):
         return Step(cursor, finished=True) if iteration.closed else Step(cursor, blocked=True)
     slot = schedule.slots[cursor.position]
-    since = now if cursor.since is None else cursor.since
     submitted = iteration.ops.get(slot.op)
+    since = cursor.since
+    if since is None and submitted is None and _holds_back(schedule, iteration, slot.op):
+        since = now
     if submitted is None:
         waiting = promoted(schedule, iteration)
         if waiting is not None:
@@ -136,7 +151,7 @@ def next_step(schedule: Schedule, cursor: Cursor, iteration: Iteration, now: flo
             return Step(Cursor(cursor.position, since), hand_over=motifs)
         if not iteration.closed:
             return Step(Cursor(cursor.position, since), blocked=True)
-    waited = now - since
+    waited = 0.0 if since is None else now - since
     step_on = Cursor(cursor.position + 1)
     report = (slot.order, waited) if waited > MIN_WAIT else None
     if submitted is None:

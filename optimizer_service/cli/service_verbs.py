@@ -13,12 +13,14 @@ import click
 import grpc
 
 from optimizer_service.cli.params import write_json
+from optimizer_service.cli.replan_options import policy_config, policy_help, topology_text
 from optimizer_service.cli.service_client import Client, connect, service_options
 from optimizer_service.cli.service_render import job_dict, job_text, jobs_table, plan_dict, plan_text, plans_table
 from optimizer_service.control.coordinator import Timing
 from optimizer_service.errors import InvalidInputError, JobFailedError
 from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_to_proto
+from optimizer_service.service.replanning import ReplanConfig
 from optimizer_service.service.server import ServiceConfig
 from optimizer_service.service.server import serve as run_service
 from optimizer_service.service.store.base import StoreError
@@ -41,9 +43,19 @@ from p2.v1 import optimizer_pb2 as api
               "(mutual TLS).")
 @click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the bound port here once the service answers (for scripts with --listen HOST:0).")
+@click.option("--replan/--no-replan", default=True, show_default=True,
+              help="Plan live jobs from their telemetry and traces, commit and replan (the replanning loop).")
+@click.option("--topology", "topology", metavar="NAME|FILE",
+              help="Topology for jobs whose ranks name none with P2_TOPOLOGY (a preset or a YAML file).")
+@click.option("--search-budget", type=click.FloatRange(min=0.1, max=3600), default=5.0, show_default=True,
+              metavar="SECONDS", help="Search time per searching system when a live job is planned.")
+@click.option("--policy", "policy_items", multiple=True, metavar="KEY=VALUE",
+              help="Replanning policy setting, e.g. --policy first_plan_after=30 --policy min_gain=0.1 "
+              "(names and defaults: 'p2 serve --policy help').")
 @click.pass_obj
 def serve(settings: Settings, listen: str, store_url: str | None, token_file: Path | None, tls_cert: str | None,
-          tls_key: str | None, tls_ca: str | None, port_file: Path | None) -> None:
+          tls_key: str | None, tls_ca: str | None, port_file: Path | None, replan: bool, topology: str | None,
+          search_budget: float, policy_items: tuple[str, ...]) -> None:
     """Run the optimizer service: jobs register, plans are committed to their
     ranks with two-phase commit, and every decision is stored. Logs one line
     per job and plan event; stops cleanly on SIGTERM or Ctrl-C.
@@ -52,12 +64,17 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
     Example:
       p2 serve --listen 0.0.0.0:50051 --store redis://localhost:6379/0 --token-file token
     """
+    if "help" in policy_items:
+        click.echo(policy_help())
+        return
     state_dir = settings.state_dir
     default = state_dir / "service.db" if state_dir else default_store_path(os.environ, Path.home())
     config = ServiceConfig(listen=listen, store_url=store_url or settings.store, default_store_path=default,
                            token=settings.service_token(token_file), tls_cert=tls_cert, tls_key=tls_key,
                            tls_ca=tls_ca, timing=Timing(vote_timeout=settings.vote_timeout),
-                           crash_at=settings.crash_at)
+                           crash_at=settings.crash_at,
+                           replan=ReplanConfig(enabled=replan, policy=policy_config(policy_items),
+                                               topology=topology_text(topology), budget=search_budget))
     logging.getLogger("p2.service").setLevel(logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))

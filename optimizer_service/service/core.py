@@ -61,6 +61,7 @@ from optimizer_service.plan import Plan
 from optimizer_service.service import requests
 from optimizer_service.service.events import EventBus
 from optimizer_service.service.jobs import LIVE, Job, PlanState, RankInfo, RankSession
+from optimizer_service.service.replanning import ReplanConfig, Replanner
 from optimizer_service.service.store.base import PlanStore, StoredPlan, StoreFencedError
 from optimizer_service.service.traces import MAX_TRACE_BYTES, TraceRequestError
 from p2.v1 import enforcer_link_pb2 as link
@@ -82,7 +83,7 @@ class RefusedError(InvalidInputError):
 class ServiceCore:
     def __init__(self, store_factory: Callable[[], PlanStore], *, timing: Timing = Timing(),
                  tick_seconds: float = 0.2, clock: Callable[[], float] = time.time,
-                 crash_at: str | None = None) -> None:
+                 crash_at: str | None = None, replan: ReplanConfig | None = None) -> None:
         self.crash_at = crash_at
         self._store_factory = store_factory
         self.store: PlanStore | None = None
@@ -96,6 +97,7 @@ class ServiceCore:
         self._ticker: asyncio.Task | None = None
         self.fenced = asyncio.Event()
         self.fenced_by: StoreFencedError | None = None
+        self.replanner = Replanner(replan) if replan is not None and replan.enabled else None
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -108,6 +110,8 @@ class ServiceCore:
         self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
 
     async def stop(self) -> None:
+        if self.replanner is not None:
+            self.replanner.close()
         if self._ticker is not None:
             self._ticker.cancel()
             try:
@@ -190,6 +194,9 @@ class ServiceCore:
                     self._fence(error)
                     raise
                 self._observe_record(job, action.record)
+                if kind == "decision" and self.replanner is not None:
+                    self.replanner.loop(self, job).decided(action.record["version"], action.record["decision"],
+                                                           action.record.get("reason", ""))
                 await self._fault(f"{kind}-persisted")
             elif isinstance(action, Send):
                 message = to_service_message(action.message)
@@ -262,6 +269,8 @@ class ServiceCore:
                 flushed = self.clock()
                 for job in list(self.jobs.values()):
                     await self._flush_telemetry(job)
+                    if self.replanner is not None:
+                        self.replanner.loop(self, job).tick()
 
     # ------------------------------------------------------------ enforcer link
     async def register(self, message: link.Register) -> RankSession:
@@ -300,6 +309,10 @@ class ServiceCore:
                                         message.rank)
             if job.state == LIVE:
                 job.was_live = True
+            if self.replanner is not None:
+                loop = self.replanner.loop(self, job)
+                if topology != job.topology:
+                    loop.topology_changed()
             session.send(link.ServiceMessage(registered=link.Registered(
                 job_id=job.job_id, epoch=self.epoch, committed_version=job.coordinator.committed)))
             self.events.publish(job.job_id, "registered", message.running_version,
@@ -343,6 +356,10 @@ class ServiceCore:
             window.duration_sum += telemetry.duration_seconds
             window.wait_sum += telemetry.wait_seconds
             window.max_iteration = max(window.max_iteration, telemetry.iteration)
+            if self.replanner is not None:
+                self.replanner.loop(self, job).telemetry(session.rank, telemetry.iteration,
+                                                         telemetry.duration_seconds, telemetry.wait_seconds,
+                                                         telemetry.running_version)
             if telemetry.iteration > job.coordinator.iteration:
                 async with job.lock:
                     await self._step(job, Progress(session.rank, telemetry.iteration))
@@ -417,16 +434,56 @@ class ServiceCore:
         async with job.lock:
             version = await self._io(self.store.next_version, job_id)
             plan = dataclasses.replace(plan, version=version)
-            state, actions = control.step(job.coordinator, Submit(plan), self.clock())
-            refused = [a for a in actions if isinstance(a, Refuse)]
-            if refused:
-                self.events.publish(job_id, "refused", version, refused[0].reason)
-                raise RefusedError(refused[0].reason)
+            state, actions = self._submission(job, plan)
             stored = StoredPlan(job_id, version, plan.to_json(), self.clock())
             await self._io(self.store.add_plan, job_id, version, stored.plan_json, stored.submitted_unix)
             job.plans[version] = PlanState(version, stored.submitted_unix)
             await self._adopt(job, state, actions)
             return job.plans[version], stored
+
+    def _submission(self, job: Job, plan: Plan) -> tuple[control.Coordinator, list]:
+        state, actions = control.step(job.coordinator, Submit(plan), self.clock())
+        refused = [a for a in actions if isinstance(a, Refuse)]
+        if refused:
+            self.events.publish(job.job_id, "refused", plan.version, refused[0].reason)
+            raise RefusedError(refused[0].reason)
+        return state, actions
+
+    async def store_plan(self, job_id: str, plan: Plan, *, origin: str,
+                         predicted_seconds: float | None = None) -> PlanState:
+        """Store ``plan`` under the job's next version without committing it (the
+        replanning loop's search results and rollbacks; :meth:`submit_stored` commits)."""
+        job = self.job(job_id)
+        version = await self._io(self.store.next_version, job_id)
+        plan = dataclasses.replace(plan, version=version, predicted_iteration_seconds=predicted_seconds)
+        now = self.clock()
+        await self._io(self.store.add_plan, job_id, version, plan.to_json(), now)
+        state = job.plans[version] = PlanState(version, now, origin=origin, predicted_seconds=predicted_seconds,
+                                               dirty=True)
+        return state
+
+    async def submit_stored(self, job_id: str, version: int) -> None:
+        """Start the two-phase commit of the stored plan ``version``."""
+        job = self.job(job_id)
+        _, stored = await self.plan(job_id, version)
+        plan = Plan.parse(stored.plan_json)
+        async with job.lock:
+            state, actions = self._submission(job, plan)
+            await self._adopt(job, state, actions)
+
+    def store_event(self, job_id: str, document: dict) -> None:
+        """Store a job event (a replanning decision with its reason) on the store's
+        thread, in call order, without waiting; a failure is logged."""
+        def write() -> None:
+            try:
+                self.store.add_event(job_id, document)
+            except Exception as error:
+                log.warning("job %s: storing event %s failed: %s", job_id, document.get("kind"), error)
+        self._io_pool.submit(write)
+
+    async def events_of(self, job_id: str, limit: int = 100) -> list[dict]:
+        self.job(job_id)
+        return await self._io(self.store.recent_events, job_id, limit)
 
     async def plan(self, job_id: str, version: int) -> tuple[PlanState, StoredPlan]:
         job = self.job(job_id)

@@ -71,6 +71,10 @@ class PlanState:
     reason: str = ""
     decided_unix: float = 0.0
     ranks: dict[int, tuple[str, str]] = field(default_factory=dict)   # rank -> (state, reason)
+    origin: str = ""                          # "search r3", "rollback to v2"; "" for a plan an operator submitted
+    predicted_seconds: float | None = None    # the search's predicted iteration time
+    measured_seconds: float | None = None     # median iteration time while it ran (after the warm-up)
+    measured_iterations: int = 0
     dirty: bool = field(default=False, compare=False)                   # changed since last stored
 
     @property
@@ -81,7 +85,9 @@ class PlanState:
         return {"version": self.version, "submitted_unix": self.submitted_unix,
                 "switch_iteration": self.switch_iteration, "epoch": self.epoch, "decision": self.decision,
                 "reason": self.reason, "decided_unix": self.decided_unix,
-                "ranks": {str(rank): list(value) for rank, value in sorted(self.ranks.items())}}
+                "ranks": {str(rank): list(value) for rank, value in sorted(self.ranks.items())},
+                "origin": self.origin, "predicted_seconds": self.predicted_seconds,
+                "measured_seconds": self.measured_seconds, "measured_iterations": self.measured_iterations}
 
     @classmethod
     def from_dict(cls, data: dict) -> PlanState:
@@ -89,7 +95,10 @@ class PlanState:
                    switch_iteration=data.get("switch_iteration", 0), epoch=data.get("epoch", 0),
                    decision=data.get("decision"), reason=data.get("reason", ""),
                    decided_unix=data.get("decided_unix", 0.0),
-                   ranks={int(rank): tuple(value) for rank, value in data.get("ranks", {}).items()})
+                   ranks={int(rank): tuple(value) for rank, value in data.get("ranks", {}).items()},
+                   origin=data.get("origin", ""), predicted_seconds=data.get("predicted_seconds"),
+                   measured_seconds=data.get("measured_seconds"),
+                   measured_iterations=data.get("measured_iterations", 0))
 
 
 @dataclass

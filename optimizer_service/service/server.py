@@ -26,6 +26,7 @@ from optimizer_service.service.admin_servicer import OptimizerServicer
 from optimizer_service.service.auth import TokenInterceptor, server_credentials
 from optimizer_service.service.core import ServiceCore
 from optimizer_service.service.link_servicer import EnforcerLinkServicer
+from optimizer_service.service.replanning import ReplanConfig
 from optimizer_service.service.requests import MAX_MESSAGE_BYTES
 from optimizer_service.service.store.url import open_store
 from p2.v1 import enforcer_link_pb2, enforcer_link_pb2_grpc, optimizer_pb2, optimizer_pb2_grpc
@@ -55,13 +56,15 @@ class ServiceConfig:
     timing: Timing = Timing()
     tick_seconds: float = 0.2
     crash_at: str | None = None             # fault injection for the crash tests (P2_CRASH_AT)
+    replan: ReplanConfig | None = None      # None: no live replanning (plans come from operators only)
 
 
 class Service:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
         self.core = ServiceCore(lambda: open_store(config.store_url, default_path=config.default_store_path),
-                                timing=config.timing, tick_seconds=config.tick_seconds, crash_at=config.crash_at)
+                                timing=config.timing, tick_seconds=config.tick_seconds, crash_at=config.crash_at,
+                                replan=config.replan)
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.port = 0

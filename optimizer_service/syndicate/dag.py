@@ -49,6 +49,7 @@ class Node:
     after_previous: tuple[str, ...] = ()       # predecessors in the previous iteration
     issued_after: tuple[str, ...] = ()         # program order only (same iteration)
     issued_after_previous: tuple[str, ...] = ()  # program order only (previous iteration)
+    element_bytes: int = 4                     # the traced op's dtype size: only 4-byte ops can carry a plan
 
     @property
     def is_comm(self) -> bool:

@@ -5,7 +5,8 @@ The search schedules two unrolled iterations; the plan describes one
 iteration, taken from the second (the steady state, where ops moved across
 the boundary already sit where they will always run). For every comm-op of
 that iteration whose kind a plan can carry (:data:`optimizer_service.plan.op_plan.KINDS`)
-it gives
+and whose elements are 4 bytes (the options' motif ranges are in 4-byte units;
+an op of float64 or bfloat16 passes through) it gives
 
 * the key: the op's position among its group's ops in the iteration, its
   kind, its buffer's bytes (4-byte elements, the buffer model of
@@ -56,8 +57,8 @@ def export_plan(problem: Problem, result: SystemResult, version: int = 1) -> Pla
         seq = group_seq.get(op.ranks, 0)
         group_seq[op.ranks] = seq + 1
         kind = op.kind.name.lower()          # Collective.ALL_REDUCE -> "all_reduce"
-        if kind not in KINDS:
-            continue
+        if kind not in KINDS or problem.dag.nodes[node_index].element_bytes != ELEMENT_BYTES:
+            continue        # an op of 8- or 2-byte elements: the option's 4-byte ranges do not fit its buffer
         option = problem.options[slot][result.choice[slot]]
         position = {rank: k for k, rank in enumerate(op.ranks)}
         local = rewrite(option.plan, lambda m: _positions(m, position))

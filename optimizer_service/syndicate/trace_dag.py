@@ -15,7 +15,10 @@ Our readings of a trace (its ops in program order ``o_0 .. o_{K-1}``):
   Elements are 4-byte units (the cost model's): ``ceil(bytes / 4)`` of the
   op's buffer (:mod:`optimizer_service.plan.op_plan` "Buffer model": the whole buffer ``D`` of
   gathers and reduce-scatters), and for AllToAll ``ceil(bytes / 4 / N)`` per
-  destination block.
+  destination block. The op's dtype size is kept on the node: a plan's motif
+  ranges count the buffer's own elements, so only ops of 4-byte dtypes
+  (float32, int32) get a plan; the others are priced by their bytes and pass
+  through (:mod:`optimizer_service.syndicate.plan_export`).
 * **Other ops** (barrier, send/recv, gather, scatter, coalesced ops, ...)
   cannot be decomposed: each is a compute node ``kind#k`` whose time is its
   measured duration (``completed - issued``, 0 if it never completed), in its
@@ -44,10 +47,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.collective import Collective
-from optimizer_service.plan.trace import COMM_KINDS, TRACE_FORMAT
+from optimizer_service.plan.trace import COMM_KINDS, DTYPE_BYTES, TRACE_FORMAT
 from optimizer_service.syndicate.dag import Node, TrainingDAG, comm, compute
 from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 
@@ -123,7 +127,8 @@ def _op_node(k: int, name: str, copies: list[tuple[int, Mapping]], iteration: in
             raise InvalidInputError(f"{where}: root {root} is not a group position 0..{len(group) - 1}")
         group = group[root:] + group[:root]
     per = ELEMENT_BYTES * (len(group) if motif_kind is Collective.ALL_TO_ALL else 1)
-    return comm(name, motif_kind, group, -(-nbytes // per), f"compute#{k}")
+    node = comm(name, motif_kind, group, -(-nbytes // per), f"compute#{k}")
+    return replace(node, element_bytes=DTYPE_BYTES.get(str(op.get("dtype", "float32")), ELEMENT_BYTES))
 
 
 def _iteration_ops(traces: Sequence[Mapping], iteration: int | None) -> tuple[int, list[tuple[int, list]]]:

@@ -44,7 +44,7 @@ def train(until: str, version: int = 0, iterations: int = 0, pause: float = 0.0,
     enforcer, compared with the same ops on plain gloo, then ``enforcer.step()``.
 
     ``until``: ``"iterations"`` (a fixed number), ``"running"`` (every rank runs
-    ``version``), ``"aborted"`` (every rank got the Abort of ``version``) or
+    ``version``), ``"planned"`` (every rank runs a plan the service committed, any version), ``"aborted"`` (every rank got the Abort of ``version``) or
     ``"settled"`` (every rank either runs ``version`` or got its Abort); then
     ``after`` more iterations. Every stop is decided collectively (on the plain
     group), so all ranks run the same iterations whatever they heard."""
@@ -64,6 +64,8 @@ def train(until: str, version: int = 0, iterations: int = 0, pause: float = 0.0,
                 done = iteration >= iterations
             elif until == "running":
                 done = _everyone(link.state.running == version, plain)
+            elif until == "planned":
+                done = _everyone(link.state.running > 0, plain)
             else:
                 aborted = any(": got Abort(" in line and f" v{version} " in line for line in link.history)
                 settled = aborted or (until == "settled" and link.state.running == version)

@@ -1,0 +1,289 @@
+"""The live loop (issue 16): telemetry → policy → search → two-phase commit → measure.
+
+One :class:`JobLoop` per job drives the pure replanning policy
+(:mod:`optimizer_service.control.policy`) from what the service sees:
+
+* **Iterations.** Every rank sends one Telemetry message per iteration. The
+  loop gathers them by iteration index and feeds the policy one
+  :class:`~optimizer_service.control.policy.Iteration` per index, in order:
+  the job's iteration time is the *mean* over ranks of each rank's
+  boundary-to-boundary time (over a run, every rank's sum is the job's wall
+  time; the mean is the least noisy estimate of it), and the dispatcher wait is
+  the mean of the ranks' waits. An index is fed once every rank reported it,
+  or once some rank is :data:`STALE_ITERATIONS` ahead (a rank's telemetry queue
+  overflowed, or a rank is gone): then with the ranks that did report.
+* **Actions.** :class:`RequestPlan` collects every rank's trace window
+  (:meth:`ServiceCore.collect_traces`) and runs the joint search in the
+  :class:`~optimizer_service.service.planning.Planner`'s worker process; its
+  plan is stored under a fresh version (not committed) and the policy hears
+  :class:`SearchDone`. :class:`Commit` submits that stored plan to the job's
+  coordinator; :class:`RollBack` re-submits an earlier plan under a new
+  version (version 0, passthrough, as a plan with no ops) — the coordinator's
+  versions only grow. The coordinator's decisions come back as
+  :class:`Committed` / :class:`CommitFailed` (:meth:`JobLoop.decided`).
+* **Record.** Every action and note is published as a job event and stored
+  (``PlanStore.add_event``) with its kind and reason. Every plan's state
+  (:class:`~optimizer_service.service.jobs.PlanState`) carries its predicted
+  iteration time and, once it ran past the policy's warm-up, its measured
+  median.
+
+The loop never blocks the event loop: searches run in the worker process,
+store writes on the store's thread, and a policy step is a pure function call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from optimizer_service.control import policy as rules
+from optimizer_service.control.policy import (
+    CancelSearch,
+    ClusterChanged,
+    Commit,
+    CommitFailed,
+    Committed,
+    Iteration,
+    Policy,
+    PolicyConfig,
+    RequestPlan,
+    RollBack,
+    SearchDone,
+    SearchFailed,
+    Tick,
+)
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.plan import Plan
+from optimizer_service.service.jobs import Job
+from optimizer_service.service.planning import Planner, SearchOutcome, resolve_topology
+
+if TYPE_CHECKING:
+    from optimizer_service.service.core import ServiceCore
+
+log = logging.getLogger("p2.service")
+
+STALE_ITERATIONS = 8        # feed an index with the ranks that reported once a rank is this far ahead
+MEASURE_WINDOW = 50         # iterations of a plan its measured median is taken over
+
+
+@dataclass(frozen=True)
+class ReplanConfig:
+    """How the service replans live jobs (``p2 serve --replan/--no-replan``, ``--topology``, ``--search-budget``)."""
+
+    enabled: bool = True
+    policy: PolicyConfig = PolicyConfig()
+    topology: str = ""              # for jobs whose ranks give none (P2_TOPOLOGY): a preset name or YAML
+    budget: float = 5.0             # seconds of search per searching system
+    trace_iterations: int = 8       # finished iterations of every rank's trace a search reads
+    seed: int = 0
+
+
+def cluster_key(topology_yaml: str) -> str:
+    """A short name for a cluster state: the hash of its topology's YAML."""
+    return hashlib.sha256(topology_yaml.encode()).hexdigest()[:12] if topology_yaml else "unknown"
+
+
+@dataclass
+class _Gather:
+    """The telemetry of one iteration index from the ranks that reported it."""
+
+    seconds: list[float] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    ranks: set[int] = field(default_factory=set)
+
+
+class JobLoop:
+    """One job's replanning: its policy and the searches and commits it asked for."""
+
+    def __init__(self, core: ServiceCore, planner: Planner, config: ReplanConfig, job: Job) -> None:
+        self.core, self.planner, self.config, self.job = core, planner, config, job
+        self.topology_yaml = ""
+        self.topology_error = ""
+        self._resolve_topology()
+        self.policy = Policy.new(cluster_key(self.topology_yaml), config.policy)
+        self._pending: dict[int, _Gather] = {}
+        self._fed_up_to = -1
+        self._highest_seen = -1
+        self._search: tuple[int, asyncio.Task] | None = None
+        self._same_as: dict[int, int] = {}          # version -> the version whose plan it re-installs
+        self._measured: dict[int, deque] = {}
+        self._since_switch = 0
+        self._tasks: set[asyncio.Task] = set()
+        self.last_outcome: SearchOutcome | None = None
+
+    # ------------------------------------------------------------- inputs
+    def _resolve_topology(self) -> None:
+        value = self.job.topology or self.config.topology
+        try:
+            self.topology_yaml = resolve_topology(value) if value else ""
+            self.topology_error = "" if value else ("no topology: give P2_TOPOLOGY on the ranks or --topology "
+                                                    "to p2 serve")
+        except InvalidInputError as error:
+            self.topology_yaml, self.topology_error = "", str(error)
+
+    def topology_changed(self) -> None:
+        """The ranks reported another topology: a new cluster state for the policy."""
+        self._resolve_topology()
+        self._feed(ClusterChanged(cluster_key(self.topology_yaml)))
+
+    def telemetry(self, rank: int, iteration: int, seconds: float, wait: float, version: int) -> None:
+        if iteration <= self._fed_up_to:
+            return
+        gather = self._pending.setdefault(iteration, _Gather())
+        if rank in gather.ranks:
+            return
+        gather.ranks.add(rank)
+        gather.seconds.append(seconds)
+        gather.waits.append(wait)
+        gather.versions.append(version)
+        self._highest_seen = max(self._highest_seen, iteration)
+        while self._pending:
+            first = min(self._pending)
+            gather = self._pending[first]
+            if len(gather.ranks) < self.job.world_size and self._highest_seen - first < STALE_ITERATIONS:
+                break
+            del self._pending[first]
+            self._fed_up_to = first
+            version = max(set(gather.versions), key=gather.versions.count)
+            self._iteration(Iteration(first, statistics.fmean(gather.seconds), statistics.fmean(gather.waits),
+                                      version))
+
+    def _iteration(self, event: Iteration) -> None:
+        running = self.policy.running
+        self._since_switch = 1 if event.running_version != running else self._since_switch + 1
+        if self._since_switch > self.config.policy.warmup:
+            samples = self._measured.setdefault(event.running_version, deque(maxlen=MEASURE_WINDOW))
+            samples.append(event.seconds)
+            state = self.job.plans.get(event.running_version)
+            if state is not None and len(samples) >= self.config.policy.min_samples:
+                state.measured_seconds = statistics.median(samples)
+                state.measured_iterations = len(samples)
+                state.dirty = True
+        self._feed(event)
+
+    def decided(self, version: int, decision: str, reason: str) -> None:
+        """The coordinator decided plan ``version`` (called once its decision is durable)."""
+        if decision == "commit":
+            state = self.job.plans.get(version)
+            predicted = state.predicted_seconds if state is not None else None
+            self._feed(Committed(version, predicted, self._same_as.get(version)))
+        else:       # a rollback's failure is the failure of the version it re-installs
+            self._feed(CommitFailed(self._same_as.get(version, version), reason or "aborted"))
+
+    def tick(self) -> None:
+        self._feed(Tick())
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+
+    # ------------------------------------------------------------- the policy
+    def _feed(self, event) -> None:
+        self.policy, actions = rules.step(self.policy, event, self.core.clock())
+        for action in actions:
+            self._record(action)
+            if isinstance(action, RequestPlan):
+                self._start(self._run_search(action.request))
+            elif isinstance(action, CancelSearch):
+                if self._search is not None and self._search[0] == action.request:
+                    self._search[1].cancel()
+                    self._search = None
+            elif isinstance(action, Commit):
+                self._start(self._commit(action.version))
+            elif isinstance(action, RollBack):
+                self._start(self._roll_back(action.to_version))
+
+    def _record(self, action) -> None:
+        version = getattr(action, "version", 0) or getattr(action, "to_version", 0)
+        event = self.core.events.publish(self.job.job_id, action.kind, version, action.reason)
+        document = {"unix": event.unix, "kind": action.kind, "version": version, "reason": action.reason,
+                    "iteration": self.policy.last_index, "phase": self.policy.phase}
+        if isinstance(action, RequestPlan):
+            document["trigger"] = action.trigger
+        self.core.store_event(self.job.job_id, document)
+
+    def _start(self, coroutine) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # ------------------------------------------------------------- actions
+    async def _run_search(self, request: int) -> None:
+        task = asyncio.current_task()
+        self._search = (request, task)
+        try:
+            if not self.topology_yaml:
+                raise InvalidInputError(self.topology_error)
+            traces = await self.core.collect_traces(self.job.job_id, self.config.trace_iterations)
+            outcome = await self.planner.plan(traces, self.topology_yaml, self.config.budget, self.config.seed)
+            plan = Plan.parse(outcome.plan_json)
+            state = await self.core.store_plan(self.job.job_id, plan, origin=f"search r{request}",
+                                               predicted_seconds=outcome.predicted_seconds)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:      # a failed search is the policy's to handle, with its reason
+            message = str(error) if isinstance(error, InvalidInputError) else f"{type(error).__name__}: {error}"
+            self._feed(SearchFailed(request, message))
+            return
+        finally:
+            if self._search is not None and self._search[0] == request:
+                self._search = None
+        self.last_outcome = outcome
+        self.core.events.publish(self.job.job_id, "searched", state.version,
+                                 f"search r{request}: {outcome.planned_ops} of {outcome.comm_ops} comm-ops planned "
+                                 f"in {outcome.search_seconds:.1f} s; predicted {outcome.predicted_seconds:.4f} s "
+                                 f"per iteration (FIFO {outcome.fifo_seconds:.4f} s)")
+        self._feed(SearchDone(request, state.version, outcome.predicted_seconds))
+
+    async def _commit(self, version: int) -> None:
+        try:
+            await self.core.submit_stored(self.job.job_id, version)
+        except Exception as error:
+            self._feed(CommitFailed(version, str(error)))
+
+    async def _roll_back(self, to_version: int) -> None:
+        """Re-install ``to_version`` (0: no plan) under a new version; a refusal is a failed commit."""
+        try:
+            if to_version == 0:
+                plan = Plan(1, self.job.world_size, {0: None}, ())
+            else:
+                plan = Plan.parse((await self.core.plan(self.job.job_id, to_version))[1].plan_json)
+            old = self.job.plans.get(to_version)
+            state = await self.core.store_plan(self.job.job_id, plan, origin=f"rollback to v{to_version}",
+                                               predicted_seconds=old.predicted_seconds if old else None)
+            self._same_as[state.version] = to_version
+            await self.core.submit_stored(self.job.job_id, state.version)
+        except Exception as error:
+            self._feed(CommitFailed(to_version, str(error)))
+
+    def to_dict(self) -> dict:
+        return {"policy": self.policy.to_dict(), "topology_error": self.topology_error,
+                "last_search": None if self.last_outcome is None else self.last_outcome.to_dict()}
+
+
+class Replanner:
+    """Every job's :class:`JobLoop`, sharing one search worker."""
+
+    def __init__(self, config: ReplanConfig) -> None:
+        self.config = config
+        self.planner = Planner()
+        self.loops: dict[str, JobLoop] = {}
+
+    def loop(self, core: ServiceCore, job: Job) -> JobLoop:
+        loop = self.loops.get(job.job_id)
+        if loop is None:
+            loop = self.loops[job.job_id] = JobLoop(core, self.planner, self.config, job)
+        return loop
+
+    def close(self) -> None:
+        for loop in self.loops.values():
+            loop.close()
+        self.planner.close()
+

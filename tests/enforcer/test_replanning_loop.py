@@ -1,0 +1,63 @@
+"""The replanning loop with real processes: a real ``p2 serve`` (replanning on)
+and a 4-rank job training through ``p2enforcer`` with ``P2_SERVICE`` and
+``P2_TOPOLOGY``, nobody submitting anything. The service gathers telemetry,
+asks every rank for its trace window, searches in its worker process, commits
+the plan with two-phase commit; every rank switches at the same iteration and
+every result equals plain gloo's. Every decision is a stored event with its
+reason, and the plan's record has its predicted and measured iteration time."""
+
+from __future__ import annotations
+
+import pytest
+
+from deploy.emulated.model import cluster_topology
+from optimizer_service.service.store.sqlite_store import SqlitePlanStore
+from tests.enforcer import service_ranks
+from tests.support.multiproc import run_world
+from tests.support.service_process import ServeProcess
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
+
+WORLD = 4
+JOB = "loop"
+POLICY = ["min_gain=0", "first_plan_after=10", "warmup=2", "window=8", "min_samples=4", "evaluate=4", "consecutive=3",
+          "cooldown=6"]
+
+
+def test_the_service_plans_and_commits_a_live_job_by_itself(tmp_path):
+    topology = tmp_path / "topology.yaml"     # 2 nodes x 2 ranks, links far faster than loopback: a gain is predicted
+    topology.write_text(cluster_topology("loop", 2, 2, 1e11, 1e11, 1e12))
+    policy = [arg for item in POLICY for arg in ("--policy", item)]
+    serve = ServeProcess(tmp_path, "--search-budget", "1", *policy)
+    try:
+        env = {"P2_SERVICE": serve.address, "P2_JOB": JOB, "P2_SWITCH_EVERY": "4", "P2_TOPOLOGY": str(topology)}
+        results = run_world(WORLD, service_ranks.train, "planned", 0, 0, 0.01, 12, 300, backend="p2enforcer",
+                            timeout=300, env=env)
+    finally:
+        code, log = serve.stop()
+    assert code == 0, log
+    print(log[-6000:]); print([r["iterations"] for r in results]); print([(r["enforced"], r["switches"], r["iterations"]) for r in results])
+    switched = {tuple((s["iteration"], s["version"]) for s in result["switches"]) for result in results}
+    assert len(switched) == 1, f"the ranks switched differently: {switched}"
+    switches = switched.pop()
+    assert switches and switches[0][1] > 0 and switches[0][0] % 4 == 0, switches
+    for rank, result in enumerate(results):
+        assert result["mismatches"] == [], f"rank {rank}: results differ from plain gloo"
+        assert result["running"] > 0 and result["enforced"] > 0, f"rank {rank} never ran a plan"
+    store = SqlitePlanStore.open(tmp_path / "service.db")
+    try:
+        events = store.recent_events(JOB, limit=1000)
+        version = switches[0][1]
+        state = store.get_plan_state(JOB, version)
+        plan = store.get_plan(JOB, version)
+    finally:
+        store.close()
+    kinds = [event["kind"] for event in events]
+    assert kinds[:3] == ["replan", "commit", "committed"], events
+    assert events[0]["trigger"] == "first" and all(event["reason"] for event in events)
+    assert events[1]["version"] == version and "predicted gain" in events[1]["reason"]
+    if "rollback" in kinds:         # passthrough measured faster: back to it, under a new version
+        assert switches[1][1] > version and "passthrough" in events[kinds.index("rollback")]["reason"]
+    assert state["decision"] == "commit" and state["origin"] == "search r1"
+    assert state["predicted_seconds"] > 0 and state["measured_seconds"] > 0 and plan is not None
+    assert "replan" in log and "commit" in log
