@@ -3,8 +3,9 @@
 The replanning loop (issue 16) plans a running job from every rank's recent
 trace window (:meth:`ServiceCore.collect_traces`) on the job's topology:
 :func:`optimizer_service.syndicate.facade.plan_job` builds the DAG from the
-traces (Syndicate §4.3), prices every comm-op's options with P² programs among
-the all-reduce options, and runs the systems of §6.4 with Syndicate's MCMC
+traces (Syndicate §4.3), re-fits the topology's channels to the motif times
+the running plan measured, prices every comm-op's options with P² programs
+among the all-reduce options, and runs the systems of §6.4 with Syndicate's MCMC
 search last, under a time budget. That is seconds of CPU, so it runs in a
 :class:`Planner`'s worker process (spawned once, reused): the gRPC server and
 the commits of other jobs stay responsive. A search that overruns its budget
@@ -23,7 +24,7 @@ import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from optimizer_service.errors import InvalidInputError
 
@@ -49,25 +50,38 @@ class SearchOutcome:
     comm_ops: int
     planned_ops: int
     search_seconds: float
+    channel_ratios: dict[int, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"predicted_seconds": self.predicted_seconds, "fifo_seconds": self.fifo_seconds,
                 "measured_seconds": self.measured_seconds, "systems": dict(self.systems),
-                "comm_ops": self.comm_ops, "planned_ops": self.planned_ops, "search_seconds": self.search_seconds}
+                "comm_ops": self.comm_ops, "planned_ops": self.planned_ops, "search_seconds": self.search_seconds,
+                "channel_ratios": {str(c): r for c, r in self.channel_ratios.items()}}
 
 
-def search(traces: list[dict], topology_yaml: str, budget: float, seed: int) -> SearchOutcome:
-    """Plan the traced job on the topology (runs in the worker process)."""
+def search(traces: list[dict], topology_yaml: str, budget: float, seed: int,
+           running_plan_json: str | None = None) -> SearchOutcome:
+    """Plan the traced job on the topology (runs in the worker process); with
+    the plan the traces ran, the topology's channels are first re-fitted to the
+    motif times measured (:mod:`optimizer_service.syndicate.refit`)."""
     from optimizer_service.hardware.topology import Topology
+    from optimizer_service.plan import Plan
     from optimizer_service.syndicate.facade import plan_job
+    from optimizer_service.syndicate.refit import channel_ratios, refit
 
     started = time.perf_counter()
     topology = Topology.from_yaml(topology_yaml, source="the job's topology")
+    ratios: dict[int, float] = {}
+    if running_plan_json:
+        running = Plan.parse(running_plan_json)
+        if running.world_size == topology.device_count:
+            ratios = channel_ratios(topology, running, traces)
+            topology = refit(topology, ratios)
     found = plan_job(traces, topology, budget=budget, seed=seed, name="live")
     systems = {result.name: result.steady_seconds for result in found.results}
     return SearchOutcome(found.plan.to_json(), found.chosen.steady_seconds, systems["FIFO"],
                          found.measured_iteration_seconds, systems, len(found.problem.dag.comm_ops),
-                         len(found.plan.ops), time.perf_counter() - started)
+                         len(found.plan.ops), time.perf_counter() - started, ratios)
 
 
 def resolve_topology(value: str) -> str:
@@ -98,9 +112,11 @@ class Planner:
             self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         return self._pool
 
-    async def plan(self, traces: list[dict], topology_yaml: str, budget: float, seed: int = 0) -> SearchOutcome:
+    async def plan(self, traces: list[dict], topology_yaml: str, budget: float, seed: int = 0,
+                   running_plan_json: str | None = None) -> SearchOutcome:
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor(), search, traces, topology_yaml, budget, seed)
+        future = loop.run_in_executor(self._executor(), search, traces, topology_yaml, budget, seed,
+                                      running_plan_json)
         try:
             return await asyncio.wait_for(future, budget + GRACE_SECONDS)
         except TimeoutError:

@@ -221,8 +221,10 @@ class JobLoop:
         try:
             if not self.topology_yaml:
                 raise InvalidInputError(self.topology_error)
+            running = self.job.coordinator.committed_plan
             traces = await self.core.collect_traces(self.job.job_id, self.config.trace_iterations)
-            outcome = await self.planner.plan(traces, self.topology_yaml, self.config.budget, self.config.seed)
+            outcome = await self.planner.plan(traces, self.topology_yaml, self.config.budget, self.config.seed,
+                                              running.to_json() if running is not None and running.ops else None)
             plan = Plan.parse(outcome.plan_json)
             state = await self.core.store_plan(self.job.job_id, plan, origin=f"search r{request}",
                                                predicted_seconds=outcome.predicted_seconds)
@@ -236,10 +238,14 @@ class JobLoop:
             if self._search is not None and self._search[0] == request:
                 self._search = None
         self.last_outcome = outcome
-        self.core.events.publish(self.job.job_id, "searched", state.version,
-                                 f"search r{request}: {outcome.planned_ops} of {outcome.comm_ops} comm-ops planned "
-                                 f"in {outcome.search_seconds:.1f} s; predicted {outcome.predicted_seconds:.4f} s "
-                                 f"per iteration (FIFO {outcome.fifo_seconds:.4f} s)")
+        refitted = ", ".join(f"channel {c} x{r:.2f}" for c, r in outcome.channel_ratios.items())
+        reason = (f"search r{request}: {outcome.planned_ops} of {outcome.comm_ops} comm-ops planned in "
+                  f"{outcome.search_seconds:.1f} s; predicted {outcome.predicted_seconds:.4f} s per iteration "
+                  f"(FIFO {outcome.fifo_seconds:.4f} s){'; measured/predicted motif time: ' + refitted if refitted else ''}")
+        event = self.core.events.publish(self.job.job_id, "searched", state.version, reason)
+        self.core.store_event(self.job.job_id, {"unix": event.unix, "kind": "searched", "version": state.version,
+                                                "reason": reason, "iteration": self.policy.last_index,
+                                                "phase": self.policy.phase, "search": outcome.to_dict()})
         self._feed(SearchDone(request, state.version, outcome.predicted_seconds))
 
     async def _commit(self, version: int) -> None:

@@ -1,0 +1,79 @@
+"""Re-fit a topology's channels to the motif times a running plan measured (pure).
+
+Issue 16's "costs re-fitted from measured motif times": the live loop plans
+from the calibrated topology, but what a channel really delivers while the job
+trains differs — compute of many ranks on few cores slows the gloo threads, a
+NIC is throttled or shared with another job. The enforcer records every motif
+it runs (channel, seconds; :class:`optimizer_service.plan.trace.MotifRecord`).
+
+Our fit, per channel ``c`` and per rank: the motif seconds the rank measured on
+``c`` in an iteration (the median over the window's iterations that ran the
+plan) against what the cost model predicts for the plan's motifs on ``c`` that
+the rank takes part in. The channel's ratio is the median over ranks, and
+every link of the channel (``c > 0``: the links listed on ``c``; channel 0:
+the default links) has its bandwidth divided by it and its latency multiplied
+by it: the channel is modelled as uniformly slower or faster, which is what a
+throttled NIC or CPU contention does to all of it. A channel with no measured
+motif keeps its calibrated links. Ratios are clamped to
+[:data:`MIN_RATIO`, :data:`MAX_RATIO`] so one odd window cannot move the model
+by more than that, and ratios within :data:`TOLERANCE` of 1 leave the links
+alone (calibration noise is not a change).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from optimizer_service.hardware.topology import Topology
+from optimizer_service.plan.plan import Plan
+from optimizer_service.syndicate.motif_cost import MotifCostModel
+
+MIN_RATIO, MAX_RATIO = 0.25, 16.0
+TOLERANCE = 0.10
+
+
+def channel_ratios(topology: Topology, plan: Plan, traces: Sequence[Mapping]) -> dict[int, float]:
+    """Per channel: measured over predicted motif seconds of the running ``plan`` (see the module doc)."""
+    cost = MotifCostModel(topology)
+    predicted: dict[tuple[int, int], float] = {}        # (rank, channel) -> seconds per iteration
+    for op in plan.ops:
+        group = op.key.group
+        for motif in op.motifs:
+            if motif.channel not in topology.channels:
+                continue
+            ranks = tuple(group[p] for p in motif.ranks)
+            seconds = cost.seconds(replace(motif, ranks=ranks))
+            for rank in ranks:
+                predicted[rank, motif.channel] = predicted.get((rank, motif.channel), 0.0) + seconds
+    ratios: dict[int, list[float]] = {}
+    for trace in traces:
+        rank = int(trace.get("rank", -1))
+        per: dict[tuple[int, int], float] = {}              # (channel, iteration) -> seconds
+        for record in trace.get("motifs", ()):
+            key = (int(record["channel"]), int(record["iteration"]))
+            per[key] = per.get(key, 0.0) + float(record["seconds"])
+        for channel in {c for c, _ in per}:
+            expected = predicted.get((rank, channel), 0.0)
+            if expected <= 0:
+                continue
+            measured = statistics.median(s for (c, _), s in per.items() if c == channel)
+            ratios.setdefault(channel, []).append(measured / expected)
+    return {channel: min(MAX_RATIO, max(MIN_RATIO, statistics.median(values)))
+            for channel, values in sorted(ratios.items())}
+
+
+def refit(topology: Topology, ratios: Mapping[int, float]) -> Topology:
+    """``topology`` with each channel's links slowed (or sped up) by its ratio."""
+    links = []
+    for link in topology.links:
+        ratio = ratios.get(link.channel, 1.0)
+        if abs(ratio - 1.0) > TOLERANCE:
+            link = replace(link, bandwidth=link.bandwidth / ratio, latency=link.latency * ratio)
+        links.append(link)
+    changed = {c: r for c, r in ratios.items() if abs(r - 1.0) > TOLERANCE}
+    if not changed:
+        return topology
+    note = ", ".join(f"channel {c} x{r:.2f}" for c, r in sorted(changed.items()))
+    return replace(topology, links=tuple(links), description=f"{topology.description} (re-fitted: {note})")
