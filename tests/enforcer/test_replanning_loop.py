@@ -53,9 +53,10 @@ def test_the_service_plans_and_commits_a_live_job_by_itself(tmp_path):
     finally:
         store.close()
     kinds = [event["kind"] for event in events]
-    assert kinds[:3] == ["replan", "commit", "committed"], events
+    assert kinds[:4] == ["replan", "searched", "commit", "committed"], events
     assert events[0]["trigger"] == "first" and all(event["reason"] for event in events)
-    assert events[1]["version"] == version and "predicted gain" in events[1]["reason"]
+    assert events[1]["version"] == version and events[1]["search"]["predicted_seconds"] > 0
+    assert events[2]["version"] == version and "predicted gain" in events[2]["reason"]
     if "rollback" in kinds:         # passthrough measured faster: back to it, under a new version
         assert switches[1][1] > version and "passthrough" in events[kinds.index("rollback")]["reason"]
     assert state["decision"] == "commit" and state["origin"] == "search r1"
