@@ -30,13 +30,14 @@ from enforcer.api import (  # noqa: E402
     export_trace,
     install_plan,
     metrics_text,
+    plan_version,
     register,
     remove_plan,
     step,
     trace,
 )
 
-__all__ = ["attach", "bypass_counts", "export_trace", "install_plan", "metrics_text", "register",
+__all__ = ["attach", "bypass_counts", "export_trace", "install_plan", "metrics_text", "plan_version", "register",
            "remove_plan", "step", "trace"]
 
 register()

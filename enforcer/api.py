@@ -47,6 +47,15 @@ def attach(optimizer) -> None:
     optimizer.register_step_post_hook(lambda *_: step())
 
 
+def plan_version(group=None) -> int:
+    """The version of the plan ``group`` (default: the world) runs now; 0 in
+    passthrough or when the group is not a p2enforcer group."""
+    from enforcer.backend import EnforcerGroup
+    group = group or dist.group.WORLD
+    runtime = getattr(group, "runtime", None) if isinstance(group, EnforcerGroup) else None
+    return 0 if runtime is None else runtime.plan.version
+
+
 def trace() -> dict:
     """This rank's trace as a dict (see :mod:`enforcer.trace`)."""
     return state.tracer().to_dict()

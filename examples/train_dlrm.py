@@ -40,8 +40,9 @@ in real categorical features) from seed + rank, click probabilities from a
 fixed random teacher, binary cross-entropy.
 Each step the loss is averaged over the ranks (one more all-reduce) and rank 0
 prints ``step K loss X``; with ``--json OUT`` rank 0 writes
-``{"backend", "world_size", "steps", "losses", "seconds", "model"}`` (``model``:
-the sizes above).
+``{"backend", "world_size", "steps", "losses", "seconds", "model", "step_seconds",
+"plan_versions"}`` (``model``: the sizes above; per step its wall time on rank 0
+and the enforcer plan version it ran, 0 for passthrough).
 
 Rendezvous is env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as set by
 torchrun or ``p2 cluster run``:
@@ -70,11 +71,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
+import training
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-
-import training
 from train_ddp import build_mlp
+
+import enforcer
 
 # The tables learn with sparse Adagrad, as DLRM implementations' tables usually do: a row's
 # gradient holds only the few samples that looked it up (divided by the global batch), so
@@ -294,8 +296,8 @@ def train(args: argparse.Namespace) -> dict:
     if rank == 0:
         print(shape.describe(world_size), flush=True)
     batches = synthetic_batches(shape, rank)
-    losses = []
-    start = time.perf_counter()
+    losses, step_seconds, plan_versions = [], [], []
+    start = last = time.perf_counter()
     for step in range(1, args.steps + 1):
         dense, indices, clicks = next(batches)
         for optimizer in optimizers:
@@ -305,7 +307,12 @@ def train(args: argparse.Namespace) -> dict:
         loss.backward()
         embeddings.average_gradients()
         losses.append(training.finish_step(step, loss, optimizers))
-    return {**training.summary(args, losses, time.perf_counter() - start), "model": shape.as_json()}
+        now = time.perf_counter()
+        step_seconds.append(now - last)
+        plan_versions.append(enforcer.plan_version())
+        last = now
+    return {**training.summary(args, losses, time.perf_counter() - start), "model": shape.as_json(),
+            "step_seconds": step_seconds, "plan_versions": plan_versions}
 
 
 def main(argv: list[str] | None = None) -> int:

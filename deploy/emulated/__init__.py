@@ -19,7 +19,13 @@ bridges, ``tbf``), :mod:`~deploy.emulated.probe` (measurements inside a node),
 """
 
 from deploy.emulated.launcher import rank_environment, run_ranks
-from deploy.emulated.lifecycle import ClusterStatus, cluster_statuses, create_cluster, destroy_cluster
+from deploy.emulated.lifecycle import (
+    ClusterStatus,
+    cluster_statuses,
+    create_cluster,
+    destroy_cluster,
+    set_channel_rate,
+)
 from deploy.emulated.names import DEFAULT_NAME
 from deploy.emulated.netns import TbfShape, tbf_shape
 from deploy.emulated.privileges import can_manage_namespaces
@@ -37,5 +43,6 @@ __all__ = [
     "load_cluster",
     "rank_environment",
     "run_ranks",
+    "set_channel_rate",
     "tbf_shape",
 ]

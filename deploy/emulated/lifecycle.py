@@ -168,6 +168,28 @@ def destroy_cluster(name: str, root: Path | None = None) -> list[str]:
     return removed
 
 
+def set_channel_rate(info: ClusterInfo, channel: int, rate: float) -> netns.TbfShape:
+    """Change the rate of every node's NIC on ``channel`` (both directions) while
+    the cluster runs: a NIC slowed by another tenant or a degraded link. The
+    state folder keeps the rate the cluster was built with."""
+    if not info.shaped:
+        raise DeployError(f"cluster {info.name!r} is loopback-only: it has no NICs to slow down")
+    if channel >= len(info.tbf):
+        raise DeployError(f"cluster {info.name!r} has {len(info.tbf)} NIC channel(s); there is no channel {channel}")
+    if not rate > 0:
+        raise DeployError(f"rate {rate!r} must be a positive number of bytes/s")
+    require_namespace_privileges("changing a NIC's rate")
+    shape = netns.tbf_shape(rate)
+    args = " ".join(shape.tc_args())
+    bridge = []
+    for node in range(info.nodes):
+        nic = info.nic(node, channel)
+        netns.tc_batch([f"qdisc replace dev {nic.ifname} root {args}"], info.node_namespaces[node])
+        bridge.append(f"qdisc replace dev {nic.bridge_ifname} root {args}")
+    netns.tc_batch(bridge, info.bridge_namespace)
+    return shape
+
+
 @dataclass(frozen=True)
 class ClusterStatus:
     """What exists of one cluster, and whether it is whole."""

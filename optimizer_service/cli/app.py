@@ -20,6 +20,7 @@ from deploy.errors import DeployError
 from optimizer_service.cli.bench import bench
 from optimizer_service.cli.calibrate import calibrate
 from optimizer_service.cli.cluster import cluster
+from optimizer_service.cli.demo import demo
 from optimizer_service.cli.optimize import optimize
 from optimizer_service.cli.rule_plan import rule_plan
 from optimizer_service.cli.service_verbs import jobs, plan, serve
@@ -45,6 +46,7 @@ def cli(ctx: click.Context) -> None:
 cli.add_command(bench)
 cli.add_command(calibrate)
 cli.add_command(cluster)
+cli.add_command(demo)
 cli.add_command(optimize)
 cli.add_command(rule_plan)
 cli.add_command(jobs)

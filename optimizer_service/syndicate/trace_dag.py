@@ -31,6 +31,15 @@ Our readings of a trace (its ops in program order ``o_0 .. o_{K-1}``):
   only (one compute stream, program order). Ops that are not blocking, ops
   that never completed, and the last op are waited for at the iteration's end
   by a zero-second compute node ``step``, which also follows the last compute.
+* **Completed earlier.** More generally, every op ``o_j`` that completed
+  before a later ``o_m`` was issued (on some rank) precedes ``compute#m`` (the
+  first such ``m``; the compute chain carries it on). The program may have
+  waited for ``o_j`` by a route the enforcer does not see — DDP's reducer waits
+  on its buckets' futures in C++ before the loss all-reduce is issued — so a
+  plan must never order ``o_m``'s motifs before ``o_j``'s: the dispatcher
+  would wait for ``o_m`` while the program waits for ``o_j`` (found live, as a
+  deadlock of the DLRM job). It costs reordering freedom only where the trace
+  shows the program was already past ``o_j``.
 * **First compute.** ``compute#0`` is the first op's ``gap`` (the time since the
   previous iteration's last op completed; 0 when unknown or negative) and
   depends on the previous iteration's ``step`` (``after_previous``).
@@ -77,16 +86,18 @@ def dag_from_traces(traces: Sequence[Mapping], iteration: int | None = None, nam
     nodes: list[Node] = []
     waited: list[str] = []
     total = 0.0
+    earlier = _completed_before(per_rank, len(ops))
     for k in range(len(ops)):
+        extra = [names[j] for j in earlier.get(k, ())]
         if k == 0:
             seconds = max(max(0.0, _number(o[0].get("gap"))) for _, o in per_rank)
             nodes.append(compute("compute#0", seconds, previous=["step"]))
         else:
             seconds = max(_compute_before(o[k - 1], o[k]) for _, o in per_rank)
             if any(_blocking(o[k - 1], o[k]) for _, o in per_rank):
-                nodes.append(compute(f"compute#{k}", seconds, names[k - 1]))
+                nodes.append(compute(f"compute#{k}", seconds, names[k - 1], *extra))
             else:
-                nodes.append(compute(f"compute#{k}", seconds, f"compute#{k - 1}"))
+                nodes.append(compute(f"compute#{k}", seconds, f"compute#{k - 1}", *extra))
                 waited.append(names[k - 1])
         total += seconds
         nodes.append(_op_node(k, names[k], [(r, o[k]) for r, o in per_rank], chosen))
@@ -181,6 +192,27 @@ def _iteration_ops(traces: Sequence[Mapping], iteration: int | None) -> tuple[in
                                         f"rank {first_rank} has {_describe(theirs)}; every rank must record "
                                         f"the same ops (traces of one run)")
     return iteration, per_rank
+
+
+def _completed_before(per_rank: list[tuple[int, list]], count: int) -> dict[int, list[int]]:
+    """For each op ``m``, the ops ``j < m - 1`` not blocking ``o_{j+1}`` that
+    completed before ``m`` was issued on some rank: ``o_j → compute#m`` (the
+    earliest such ``m``; later ones follow through the compute chain)."""
+    edges: dict[int, list[int]] = {}
+    for j in range(count - 2):
+        if any(_blocking(ops[j], ops[j + 1]) for _, ops in per_rank):
+            continue            # o_j → compute#{j+1} already, and the compute chain carries it on
+        first = None
+        for _, ops in per_rank:
+            done = ops[j]["completed"]
+            if done is None:
+                continue
+            m = next((m for m in range(j + 2, count) if ops[m]["issued"] >= done), None)
+            if m is not None and (first is None or m < first):
+                first = m
+        if first is not None:
+            edges.setdefault(first, []).append(j)
+    return edges
 
 
 def _signature(op: Mapping) -> tuple:

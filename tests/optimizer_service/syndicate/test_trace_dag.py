@@ -111,6 +111,18 @@ def test_every_comm_kind_maps_to_its_motif_and_other_ops_become_compute():
     assert "9 optimizable" in dag.description and "barrier#9, send#10, all_reduce_coalesced#11" in dag.description
 
 
+def test_an_op_that_completed_before_a_later_one_was_issued_precedes_it():
+    # DDP: buckets b0, b1 issued back to back; the reducer waits on both (in C++, unseen), then the
+    # loss all-reduce comes. b0 does not block b1, yet it finished before the loss was issued: a plan
+    # that put the loss first would deadlock (the dispatcher waits for it, the program for b0).
+    t = trace([op("all_reduce", 4, 1.0, 1.5)],
+              [op("all_reduce", 400, 2.0, 2.6), op("all_reduce", 400, 2.1, 3.0), op("all_reduce", 4, 3.2, 3.3)],
+              [op("all_reduce", 4, 5.0, 5.5)])
+    dag = dag_from_traces([t])
+    assert node(dag, "compute#1").after == ("compute#0",)                  # b1 was issued while b0 ran
+    assert set(node(dag, "compute#2").after) == {"all_reduce#1", "all_reduce#0"}
+
+
 def test_two_ranks_take_the_slowest_compute():
     fast, slow = blocking_trace(rank=0), blocking_trace(rank=1, shift=0.125)
     # rank 1: compute#0 = 3.125 - 2.25, compute#1 = 4.0 - 3.625

@@ -1,0 +1,142 @@
+"""``p2 demo``: the whole loop on one machine (the README's main job).
+
+The verb parses, runs :class:`~optimizer_service.cli.demo_run.DemoRun` and
+reports (:mod:`optimizer_service.cli.demo_report`)."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import click
+
+from deploy.emulated.names import check_name
+from deploy.errors import DeployError
+from optimizer_service.cli.cluster import Rate
+from optimizer_service.cli.demo_report import iterations_to_commit, offline_best, phases, plot, table
+from optimizer_service.cli.demo_run import POLICY, DemoConfig, DemoRun
+from optimizer_service.cli.params import write_json
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.settings import Settings
+
+
+def _name(ctx, param, value: str) -> str:
+    try:
+        return check_name(value)
+    except DeployError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+@click.command("demo")
+@click.option("--nodes", type=click.IntRange(1, 8), default=2, show_default=True, help="Nodes of the cluster.")
+@click.option("--per-node", type=click.IntRange(1, 16), default=4, show_default=True, help="Ranks per node.")
+@click.option("--nic", "nic", type=Rate(), default="200Mbit/s", show_default=True, help="Each node's first NIC.")
+@click.option("--nic2", "nic2", type=Rate(), default="200Mbit/s", show_default=True,
+              help="Each node's second NIC (channel 1), the one slowed mid-run.")
+@click.option("--throttle", type=click.FloatRange(1.0, 100.0), default=4.0, show_default=True,
+              help="How many times slower the second NIC gets mid-run.")
+@click.option("--steps", type=click.IntRange(20, 100_000), default=300, show_default=True,
+              help="Training steps (iterations) of the job.")
+@click.option("--tables", type=click.IntRange(1), help="Embedding tables (train_dlrm.py's default: 16).")
+@click.option("--rows", type=click.IntRange(1), help="Rows per table (default 20000).")
+@click.option("--dim", type=click.IntRange(1), help="Embedding dimension (default 64).")
+@click.option("--batch", type=click.IntRange(1), help="Samples per rank and step (default 128).")
+@click.option("--search-budget", type=click.FloatRange(0.1, 600), default=3.0, show_default=True,
+              metavar="SECONDS", help="The service's search time per searching system.")
+@click.option("--loopback", is_flag=True, help="Run on loopback even as root (no NICs: no speed-up to show).")
+@click.option("--name", default="p2demo", show_default=True, callback=_name, help="The emulated cluster's name.")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Where the store, logs and traces go (default: a new temporary folder).")
+@click.option("--json", "json_out", metavar="OUT", help="Write the results as JSON ('-' for stdout).")
+@click.option("--plot", "plot_out", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.png",
+              help="Plot iteration time over the run, with plan switches and the change.")
+@click.pass_obj
+def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float, throttle: float, steps: int,
+         tables: int | None, rows: int | None, dim: int | None, batch: int | None, search_budget: float,
+         loopback: bool, name: str, work_dir: Path | None, json_out: str | None, plot_out: Path | None) -> None:
+    """Show the loop: a DLRM-like job on an emulated cluster gets planned,
+    committed and replanned by the optimizer service while it trains.
+
+    \b
+    As root: an emulated NODES x PER-NODE cluster with two NICs per node
+    (network namespaces and tc), the optimizer service (SQLite store) with
+    replanning on, and examples/train_dlrm.py through p2enforcer. The service
+    plans the job from its telemetry and traces and commits the plan with
+    two-phase commit; mid-run the second NIC of every node is slowed
+    THROTTLE times, and the service replans. Without root: the same on
+    loopback, without NICs (no speed-up to show, no change).
+
+    \b
+    Ends with a table (passthrough, first plan, after the change without
+    replanning, after replanning: measured and predicted iteration times).
+    --json fields: cluster, job, phases[{name, plan_version,
+    measured_iteration_seconds, predicted_iteration_seconds}], speedup,
+    replan{iterations_to_commit, ratio_to_offline_best}, events[].
+    """
+    model = []
+    for flag, value in (("--tables", tables), ("--rows", rows), ("--dim", dim), ("--batch", batch)):
+        if value is not None:
+            model += [flag, str(value)]
+    if tables is not None and tables % (nodes * per_node):
+        raise InvalidInputError(f"--tables {tables} must be a multiple of the {nodes * per_node} ranks "
+                                "(each rank owns whole tables)")
+    work = work_dir or Path(tempfile.mkdtemp(prefix="p2-demo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    config = DemoConfig(nodes=nodes, per_node=per_node, nic=nic, nic2=nic2, throttle=throttle, steps=steps,
+                        model=tuple(model), search_budget=search_budget, name=name, loopback=loopback)
+    started = time.time()
+    run = DemoRun(config, work, lambda line: click.echo(line, err=True))
+    result = run.run()
+    rows = phases(result["rank0"], result["change_step"], result["plans"], result["events"])
+    by_name = {row["name"]: row for row in rows}
+    base, planned = by_name["passthrough"]["measured_iteration_seconds"], by_name["first-plan"]["measured_iteration_seconds"]
+    speedup = base / planned if base and planned else None
+    best = offline_best(work, run.info.topology_path, throttle, search_budget) if result["shaped"] else None
+    replanned_predicted = by_name["replanned"]["predicted_iteration_seconds"]
+    ratio = replanned_predicted / best if best and replanned_predicted else None
+    report = {
+        "cluster": {"name": name, "nodes": nodes, "per_node": per_node, "emulated": result["shaped"],
+                    "nic_bytes_per_second": nic, "nic2_bytes_per_second": nic2, "throttle": throttle,
+                    "topology": str(run.info.topology_path.name)},
+        "job": {"id": "dlrm", "script": "examples/train_dlrm.py", "steps": steps, "model": result["rank0"].get("model"),
+                "world_size": result["rank0"].get("world_size")},
+        "phases": rows,
+        "speedup": speedup,
+        "replan": {"change_step": result["change_step"],
+                   "iterations_to_commit": iterations_to_commit(result["events"], result["change_step"]),
+                   "ratio_to_offline_best": ratio, "offline_best_predicted_seconds": best},
+        "events": result["events"],
+        "step_seconds": result["rank0"]["step_seconds"],
+        "plan_versions": result["rank0"]["plan_versions"],
+        "policy": list(POLICY),
+        "work_dir": str(work),
+        "wall_seconds": time.time() - started,
+    }
+    click.echo("")
+    click.echo(table(rows))
+    if speedup is not None:
+        click.echo(f"speed-up of the service's first plan over passthrough: {speedup:.2f}x")
+    else:
+        click.echo("no speed-up measured: the service committed no plan the job ran long enough")
+    if result["shaped"]:
+        replan = report["replan"]
+        if replan["iterations_to_commit"] is not None:
+            click.echo(f"after the second NIC was slowed {throttle:g}x: a replanned plan was committed "
+                       f"{replan['iterations_to_commit']} iterations later" +
+                       (f"; its prediction is {ratio:.2f}x that of an offline search told the new rate"
+                        if ratio is not None and math.isfinite(ratio) else ""))
+        else:
+            click.echo(f"after the second NIC was slowed {throttle:g}x: no replanned plan was committed before the "
+                       "job ended (more --steps give the service time)")
+    else:
+        click.echo("loopback run: no NICs, so no change and no replanning after one; run as root for those")
+    click.echo(f"store, service log and traces: {work}")
+    if plot_out is not None:
+        plot(plot_out, result["rank0"], result["change_step"], result["events"],
+             f"p2 demo: DLRM-like job on {nodes} x {per_node}" + (" (emulated NICs)" if result["shaped"] else
+                                                                  " (loopback)"))
+        click.echo(f"plot: {plot_out}")
+    if json_out:
+        write_json(report, json_out)

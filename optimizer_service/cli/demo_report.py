@@ -1,0 +1,155 @@
+"""``p2 demo``'s report: phases from rank 0's per-step record, the table, the JSON and the plot.
+
+Phases (steps, 1-based; ``v(s)`` the plan version step ``s`` ran, 0 passthrough):
+
+* ``passthrough`` — steps before the first switch to a plan, after the first
+  :data:`WARMUP` (allocators, lazily built communicators);
+* ``first-plan`` — steps running the first plan the service committed, before
+  the cluster changed, after :data:`SETTLE` steps on it;
+* ``changed`` — steps after the change still running the plan that ran when
+  it came (after :data:`SETTLE`): what the job would do without replanning;
+* ``replanned`` — steps running the first plan switched to after the change
+  (after :data:`SETTLE`).
+
+Each phase's measured iteration time is the median of its steps; its predicted
+one is the service's prediction for that plan (for passthrough: the first
+search's FIFO prediction for the traced order). ``speedup`` is passthrough's
+median over the first plan's. ``replan.iterations_to_commit``: iterations from
+the change to the service's commit of the replanned plan.
+``replan.ratio_to_offline_best``: the replanned plan's prediction (made by the
+live loop on its re-fitted model) over the prediction of an offline search
+that knows the new rate, on a trace window of the changed cluster (both model
+figures: how close the live loop gets to a planner told the truth;
+``benchmarks/loop.py`` measures it by running the offline plan).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import replace
+from pathlib import Path
+
+from optimizer_service.errors import InvalidInputError
+
+WARMUP = 5
+SETTLE = 3
+TRACE_DIR = "traces-changed"
+PHASES = ("passthrough", "first-plan", "changed", "replanned")
+
+
+def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]) -> list[dict]:
+    seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
+    steps = range(1, len(seconds) + 1)
+
+    def v(step: int) -> int:
+        return versions[step - 1]
+
+    def since_switch(step: int) -> int:
+        k = step
+        while k > 1 and v(k - 1) == v(step):
+            k -= 1
+        return step - k
+
+    first_switch = next((s for s in steps if v(s) > 0), None)
+    first = v(first_switch) if first_switch else None
+    change = change_step if change_step is not None else len(seconds) + 1
+    at_change = v(change) if change <= len(seconds) else None
+    after = next((s for s in steps if s > change and v(s) != at_change), None)
+    replanned = v(after) if after else None
+    chosen = {
+        "passthrough": [s for s in steps if (first_switch is None or s < first_switch) and s > WARMUP],
+        "first-plan": [s for s in steps if first and v(s) == first and s < change and since_switch(s) >= SETTLE],
+        "changed": [s for s in steps if at_change is not None and s > change + 1 and v(s) == at_change
+                    and (after is None or s < after)],
+        "replanned": [s for s in steps if after and s >= after and v(s) == replanned and since_switch(s) >= SETTLE],
+    }
+    fifo = next((e["search"]["fifo_seconds"] for e in events if e["kind"] == "searched" and "search" in e), None)
+    version = {"passthrough": 0, "first-plan": first, "changed": at_change, "replanned": replanned}
+    rows = []
+    for name in PHASES:
+        picked = chosen[name]
+        plan = version[name]
+        predicted = fifo if plan == 0 else (plans.get(plan) or {}).get("predicted_seconds")
+        if plan is not None and plan > 0 and predicted is None:     # a rollback to passthrough: an empty plan
+            origin = (plans.get(plan) or {}).get("origin", "")
+            predicted = fifo if origin == "rollback to v0" else None
+        rows.append({"name": name, "plan_version": plan, "steps": len(picked),
+                     "first_step": picked[0] if picked else None, "last_step": picked[-1] if picked else None,
+                     "measured_iteration_seconds": statistics.median(seconds[s - 1] for s in picked) if picked else None,
+                     "predicted_iteration_seconds": predicted})
+    return rows
+
+
+def iterations_to_commit(events: list[dict], change_step: int | None) -> int | None:
+    if change_step is None:
+        return None
+    for event in events:
+        if event["kind"] == "commit" and event.get("iteration") is not None and event["iteration"] + 1 > change_step:
+            return event["iteration"] + 1 - change_step
+    return None
+
+
+def offline_best(work: Path, topology_path: Path, throttle: float, budget: float) -> float | None:
+    """The best predicted iteration time of a search on the changed cluster's traces, told the new rate."""
+    from optimizer_service.hardware.topology import Topology
+    from optimizer_service.syndicate.facade import plan_job
+
+    files = sorted((work / TRACE_DIR).glob("*.json"))
+    if not files or not topology_path.is_file():
+        return None
+    traces = [json.loads(path.read_text()) for path in files]
+    topology = Topology.from_yaml(topology_path.read_text())
+    links = tuple(replace(link, bandwidth=link.bandwidth / throttle) if link.channel == 1 else link
+                  for link in topology.links)
+    try:
+        found = plan_job(traces, replace(topology, links=links), budget=budget, name="offline")
+    except InvalidInputError:
+        return None
+    return found.chosen.steady_seconds
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None or not math.isfinite(value) else f"{value * 1e3:.1f} ms"
+
+
+def table(rows: list[dict]) -> str:
+    lines = [f"{'phase':<13} {'plan':>5} {'steps':>6} {'measured':>11} {'predicted':>11}  error"]
+    for row in rows:
+        measured, predicted = row["measured_iteration_seconds"], row["predicted_iteration_seconds"]
+        error = f"{(predicted / measured - 1) * 100:+.0f} %" if measured and predicted else "-"
+        plan = "-" if row["plan_version"] is None else f"v{row['plan_version']}"
+        lines.append(f"{row['name']:<13} {plan:>5} {row['steps']:>6} {_ms(measured):>11} {_ms(predicted):>11}  {error}")
+    return "\n".join(lines)
+
+
+def plot(path: Path, rank0: dict, change_step: int | None, events: list[dict], title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
+    steps = list(range(1, len(seconds) + 1))
+    figure, axis = plt.subplots(figsize=(10, 4.5))
+    axis.plot(steps, [s * 1e3 for s in seconds], lw=0.9, color="tab:blue", label="iteration time (rank 0)")
+    for step in range(2, len(steps) + 1):
+        if versions[step - 1] != versions[step - 2]:
+            axis.axvline(step, color="tab:green", ls="--", lw=1)
+            axis.text(step, axis.get_ylim()[1] * 0.97, f" v{versions[step - 1]}", color="tab:green", va="top",
+                      fontsize=8)
+    if change_step is not None:
+        axis.axvline(change_step, color="tab:red", lw=1.5, label="second NIC slowed")
+    for event in events:
+        if event["kind"] == "replan" and event.get("iteration") is not None:
+            axis.plot([event["iteration"] + 1], [0], marker="^", color="tab:orange", ms=8, clip_on=False)
+    axis.plot([], [], ls="--", color="tab:green", label="plan switch")
+    axis.plot([], [], marker="^", ls="", color="tab:orange", label="replanning asked")
+    axis.set_xlabel("step")
+    axis.set_ylabel("ms")
+    axis.set_ylim(bottom=0)
+    axis.set_title(title, fontsize=10)
+    axis.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)

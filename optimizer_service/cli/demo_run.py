@@ -1,0 +1,257 @@
+"""``p2 demo``'s run: an emulated cluster, the service, a DLRM-like job, a NIC slowed mid-run.
+
+The steps (issue 16's main job):
+
+1. **Cluster.** As root, an emulated ``nodes × per_node`` cluster with two
+   ``tbf``-shaped NICs per node (:mod:`deploy.emulated`); without the
+   privileges a loopback-only one (the loop runs; nothing can be slowed down,
+   so there is no speed-up to show and no change to react to).
+2. **Service.** ``p2 serve`` with replanning on, an SQLite store in the work
+   folder and the cluster's topology, inside node 0's namespace on its NIC
+   address: the ranks of other nodes reach it over the network, as on a cluster.
+3. **Job.** ``examples/train_dlrm.py`` on every rank through ``p2enforcer``
+   with ``P2_SERVICE``; nobody submits a plan: the service plans, commits and
+   replans by itself.
+4. **Change.** Once the service's first plan has been committed and judged
+   (kept or rolled back) and has run a while, the second NIC of every node
+   (channel 1) is slowed ``throttle`` times with ``tc``.
+5. **Report.** From rank 0's per-step times and plan versions, and the
+   service's stored events and plan records: :mod:`optimizer_service.cli.demo_report`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deploy.emulated import (
+    can_manage_namespaces,
+    create_cluster,
+    destroy_cluster,
+    run_ranks,
+    set_channel_rate,
+)
+from deploy.emulated.probe import in_namespace
+from deploy.emulated.state import find_state_dir
+from optimizer_service.cli.demo_report import TRACE_DIR
+from optimizer_service.errors import JobFailedError
+from optimizer_service.service.store.sqlite_store import SqlitePlanStore
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = "dlrm"
+SWITCH_EVERY = 4
+#: A demo-length policy: the defaults' shape (optimizer_service/control/policy.py), shorter windows.
+POLICY = ("first_plan_after=20", "warmup=5", "window=15", "min_samples=8", "evaluate=12", "consecutive=8",
+          "cooldown=20")
+CHANGE_AFTER = 15           # steps the judged first plan runs before the NIC is slowed
+STEP_LINE = re.compile(r"^\[r0\] step (\d+) loss (\S+)$")
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    nodes: int = 2
+    per_node: int = 4
+    nic: float = 25e6               # bytes/s of each NIC (200 Mbit/s)
+    nic2: float = 25e6
+    throttle: float = 4.0           # the second NIC is slowed this many times mid-run
+    steps: int = 300
+    model: tuple[str, ...] = ()     # extra train_dlrm.py flags (model size)
+    search_budget: float = 3.0
+    name: str = "p2demo"
+    loopback: bool = False          # force the loopback cluster even as root
+    policy: tuple[str, ...] = POLICY
+    timeout: float = 1800.0
+
+
+@dataclass
+class Progress:
+    """What the run saw as it went: rank 0's steps (and when), the change, the output's tail."""
+
+    steps: list[tuple[int, float]] = field(default_factory=list)
+    tail: list[str] = field(default_factory=list)
+    change_step: int | None = None
+    change_unix: float | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def write(self, text: str) -> int:        # run_ranks writes rank output here, line by line
+        now = time.time()
+        with self.lock:
+            for line in text.splitlines():
+                match = STEP_LINE.match(line.strip())
+                if match:
+                    self.steps.append((int(match.group(1)), now))
+                self.tail = (self.tail + [line])[-60:]
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def last_step(self) -> int:
+        with self.lock:
+            return self.steps[-1][0] if self.steps else 0
+
+
+class DemoRun:
+    def __init__(self, config: DemoConfig, work: Path, say: Callable[[str], None]) -> None:
+        self.config, self.work, self.say = config, work, say
+        self.shaped = can_manage_namespaces() and not config.loopback
+        self.progress = Progress()
+        self.events: list[dict] = []
+        self.info = None
+        self.service: subprocess.Popen | None = None
+        self.address = ""
+        self.exit_code: int | None = None
+
+    # ------------------------------------------------------------- the run
+    def run(self) -> dict:
+        config = self.config
+        if not self.shaped:
+            self.say("p2 demo: not root (no CAP_NET_ADMIN): running on loopback, with no NICs to shape or "
+                     "slow down. The loop runs; speed-ups and the replanning after a NIC change need root.")
+        if find_state_dir(config.name) is not None:
+            self.say(f"removing the cluster {config.name!r} a previous demo left")
+            destroy_cluster(config.name)
+        self.say(f"building the {'emulated' if self.shaped else 'loopback'} cluster {config.name}: "
+                 f"{config.nodes} x {config.per_node} ranks" +
+                 (f", NICs {config.nic * 8 / 1e6:g} + {config.nic2 * 8 / 1e6:g} Mbit/s per node" if self.shaped else ""))
+        self.info = create_cluster(config.name, config.nodes, config.per_node, config.nic, config.nic2,
+                                   shaped=self.shaped)
+        try:
+            self._start_service()
+            result = self._train()
+        finally:
+            self._stop_service()
+            destroy_cluster(config.name)
+        return result
+
+    def _start_service(self) -> None:
+        info, config = self.info, self.config
+        port_file, db = self.work / "service.port", self.work / "service.db"
+        port_file.unlink(missing_ok=True)
+        host = info.master_addr
+        policy = [arg for item in config.policy for arg in ("--policy", item)]
+        argv = [sys.executable, "-m", "optimizer_service.cli", "serve", "--listen", f"{host}:0", "--port-file",
+                str(port_file), "--store", f"sqlite:///{db}", "--topology", str(info.topology_path),
+                "--search-budget", f"{config.search_budget:g}", *policy]
+        log = (self.work / "service.log").open("w")
+        self.service = subprocess.Popen(in_namespace(info.node_namespaces[0] if self.shaped else None, argv),
+                                        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if self.service.poll() is not None or time.monotonic() > deadline:
+                raise JobFailedError(f"p2 serve did not start; its log: {self.work / 'service.log'}")
+            time.sleep(0.1)
+        self.address = f"{host}:{int(port_file.read_text())}"
+        self.say(f"optimizer service on {self.address} (store {db}; log {self.work / 'service.log'})")
+
+    def _stop_service(self) -> None:
+        if self.service is not None and self.service.poll() is None:
+            self.service.send_signal(signal.SIGTERM)
+            try:
+                self.service.wait(30)
+            except subprocess.TimeoutExpired:
+                self.service.kill()
+
+    def _train(self) -> dict:
+        config = self.config
+        out = self.work / "rank0.json"
+        out.unlink(missing_ok=True)
+        command = [sys.executable, str(ROOT / "examples" / "train_dlrm.py"), "--backend", "p2enforcer", "--steps",
+                   str(config.steps), "--json", str(out), *config.model]
+        env = {"P2_SERVICE": self.address, "P2_JOB": JOB, "P2_SWITCH_EVERY": str(SWITCH_EVERY)}
+        self.say(f"training {JOB} ({config.steps} steps, examples/train_dlrm.py {' '.join(config.model)}) through "
+                 "p2enforcer; the service plans it by itself")
+        runner = threading.Thread(target=self._ranks, args=(command, env), daemon=True)
+        started = time.time()
+        runner.start()
+        store = None
+        shown_step = 0
+        while runner.is_alive():
+            runner.join(0.5)
+            if store is None and (self.work / "service.db").exists():
+                store = SqlitePlanStore.open(self.work / "service.db")
+            if store is not None:
+                self._poll_events(store)
+            step = self.progress.last_step()
+            if step >= shown_step + 10:
+                shown_step = step
+                self.say(self._progress_line(step))
+            self._maybe_change(step)
+            if time.time() - started > config.timeout:
+                raise JobFailedError(f"the demo's job did not finish within {config.timeout:g} s")
+        if store is not None:
+            self._poll_events(store)
+            plans = {state["version"]: state for v in range(1, 1000)
+                     if (state := store.get_plan_state(JOB, v)) is not None}
+            store.close()
+        else:
+            plans = {}
+        if self.exit_code != 0 or not out.exists():
+            raise JobFailedError(f"the job failed (exit code {self.exit_code}); its last lines:\n" +
+                                 "\n".join(self.progress.tail[-15:]))
+        return {"rank0": json.loads(out.read_text()), "events": self.events, "plans": plans,
+                "change_step": self.progress.change_step, "change_unix": self.progress.change_unix,
+                "shaped": self.shaped, "address": self.address, "steps_seen": list(self.progress.steps)}
+
+    def _ranks(self, command: list[str], env: dict[str, str]) -> None:
+        try:
+            self.exit_code = run_ranks(self.info, command, env=env, out=self.progress, err=self.progress)
+        except Exception as error:        # reported by _train, which sees no rank0.json
+            self.progress.write(f"[demo] {error}\n")
+            self.exit_code = 1
+
+    # ------------------------------------------------------------- watching
+    def _poll_events(self, store: SqlitePlanStore) -> None:
+        events = store.recent_events(JOB, limit=10_000)
+        for event in events[len(self.events):]:
+            step = "" if event.get("iteration") is None else f"step {event['iteration'] + 1}: "
+            self.say(f"  [{step}{event['kind']}{' v' + str(event['version']) if event.get('version') else ''}] "
+                     f"{event['reason']}")
+        self.events = events
+
+    def _progress_line(self, step: int) -> str:
+        with self.progress.lock:
+            recent = [t for s, t in self.progress.steps[-11:]]
+        per_step = (recent[-1] - recent[0]) / (len(recent) - 1) if len(recent) > 1 else float("nan")
+        commits = [e for e in self.events if e["kind"] == "committed" or e["kind"] == "commit"]
+        version = max((e["version"] for e in commits), default=0)
+        return f"step {step:4d}  {per_step * 1e3:7.1f} ms/step  last plan committed: v{version}"
+
+    def _maybe_change(self, step: int) -> None:
+        """Slow the second NIC once the first plan was judged and ran CHANGE_AFTER more steps (or at 55 %)."""
+        if not self.shaped or self.progress.change_step is not None:
+            return
+        judged = [e for e in self.events if e["kind"] in ("kept", "rollback")]
+        due = judged and step >= judged[0]["iteration"] + 1 + CHANGE_AFTER
+        late = step >= 0.55 * self.config.steps
+        if not (due or late):
+            return
+        if late and not due:
+            self.say("the service's first plan was not judged by 55 % of the steps; changing the cluster anyway")
+        rate = self.config.nic2 / self.config.throttle
+        set_channel_rate(self.info, 1, rate)
+        self.progress.change_step, self.progress.change_unix = step, time.time()
+        self.say(f"step {step}: CLUSTER CHANGE: the second NIC of every node slowed {self.config.throttle:g}x, "
+                 f"to {rate * 8 / 1e6:g} Mbit/s (tc); the ranks and the service are not told")
+        self._fetch_traces()
+
+    def _fetch_traces(self) -> None:
+        """A trace window of the changed cluster, in the background: the offline search of the report
+        (:func:`optimizer_service.cli.demo_report.offline_best`) plans the same job knowing the new rate."""
+        argv = [sys.executable, "-m", "optimizer_service.cli", "jobs", "trace", JOB, "--out",
+                str(self.work / TRACE_DIR), "--iterations", "4", "--service", self.address]
+
+        def fetch() -> None:
+            time.sleep(8.0)        # past the change's first iterations
+            namespace = self.info.node_namespaces[0] if self.shaped else None
+            subprocess.run(in_namespace(namespace, argv), cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+        threading.Thread(target=fetch, daemon=True).start()
