@@ -252,6 +252,8 @@ class DemoRun:
         def fetch() -> None:
             time.sleep(8.0)        # past the change's first iterations
             namespace = self.info.node_namespaces[0] if self.shaped else None
-            subprocess.run(in_namespace(namespace, argv), cwd=ROOT, capture_output=True, text=True, timeout=120)
+            with (self.work / "trace-fetch.log").open("w") as log:
+                subprocess.run(in_namespace(namespace, argv), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                               timeout=120, check=False)
 
         threading.Thread(target=fetch, daemon=True).start()

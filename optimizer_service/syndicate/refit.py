@@ -9,12 +9,19 @@ it runs (channel, seconds; :class:`optimizer_service.plan.trace.MotifRecord`).
 Our fit, per channel ``c`` and per rank: the motif seconds the rank measured on
 ``c`` in an iteration (the median over the window's iterations that ran the
 plan) against what the cost model predicts for the plan's motifs on ``c`` that
-the rank takes part in. The channel's ratio is the median over ranks, and
-every link of the channel (``c > 0``: the links listed on ``c``; channel 0:
-the default links) has its bandwidth divided by it and its latency multiplied
-by it: the channel is modelled as uniformly slower or faster, which is what a
-throttled NIC or CPU contention does to all of it. A channel with no measured
-motif keeps its calibrated links. Ratios are clamped to
+the rank takes part in. The channel's ratio is the median over ranks.
+
+What :func:`refit` changes is each channel's ratio *relative to channel 0's*:
+the links of channel ``c > 0`` get their bandwidth divided (latency
+multiplied) by ``ratio_c / ratio_0``; channel 0 keeps its calibrated links.
+A motif's measured time on a rank includes waiting for its slowest peer and
+the CPU contention of every rank on the host, which inflate every channel
+alike (measured on the emulated 2 × 4 cluster on 2 cores: channel 0 ×2.9,
+channel 1 ×4.4 against the calibrated model); scaling every channel by that
+made the model predict a plan 38 % slower than it measured. The relative
+ratio is what a throttled or congested NIC changes, and what decides how the
+search splits traffic between channels. A channel with no measured motif
+keeps its calibrated links. Ratios are clamped to
 [:data:`MIN_RATIO`, :data:`MAX_RATIO`] so one odd window cannot move the model
 by more than that, and ratios within :data:`TOLERANCE` of 1 leave the links
 alone (calibration noise is not a change).
@@ -65,7 +72,10 @@ def channel_ratios(topology: Topology, plan: Plan, traces: Sequence[Mapping]) ->
 
 
 def refit(topology: Topology, ratios: Mapping[int, float]) -> Topology:
-    """``topology`` with each channel's links slowed (or sped up) by its ratio."""
+    """``topology`` with each channel ``c > 0``'s links slowed (or sped up) by
+    its ratio relative to channel 0's (the module doc says why)."""
+    base = ratios.get(0, 1.0)
+    ratios = {c: r / base for c, r in ratios.items() if c > 0}
     links = []
     for link in topology.links:
         ratio = ratios.get(link.channel, 1.0)

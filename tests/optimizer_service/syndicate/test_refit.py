@@ -55,6 +55,14 @@ def test_a_throttled_channel_is_measured_slower_and_only_its_links_change():
     assert Topology.from_yaml(fitted.to_yaml()) == fitted          # still a valid, round-tripping topology
 
 
+def test_what_slows_every_channel_alike_is_not_a_channel_change():
+    plan = two_channel_plan()
+    ratios = channel_ratios(TOPOLOGY, plan, traces_for(plan, {0: 3.0, 1: 3.0}))
+    assert ratios == pytest.approx({0: 3.0, 1: 3.0}) and refit(TOPOLOGY, ratios) is TOPOLOGY
+    fitted = refit(TOPOLOGY, channel_ratios(TOPOLOGY, plan, traces_for(plan, {0: 2.0, 1: 8.0})))
+    assert {link.name: link.bandwidth for link in fitted.links}["nic2"] == pytest.approx(25e6 / 4)
+
+
 def test_noise_leaves_the_topology_alone_and_odd_windows_are_clamped():
     plan = two_channel_plan()
     assert refit(TOPOLOGY, channel_ratios(TOPOLOGY, plan, traces_for(plan, {0: 1.05, 1: 0.95}))) is TOPOLOGY

@@ -1,0 +1,52 @@
+"""``p2 demo`` end to end with real processes: the loopback run (any user) and the
+emulated-cluster run (root; skipped without the capability) in short configurations."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from deploy.emulated import can_manage_namespaces
+from tests.support.cli import p2
+
+pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
+
+SMALL = ["--tables", "8", "--rows", "2000", "--dim", "32", "--batch", "32", "--search-budget", "1"]
+
+
+def check_report(report: dict, emulated: bool) -> None:
+    assert [phase["name"] for phase in report["phases"]] == ["passthrough", "first-plan", "changed", "replanned"]
+    assert set(report) >= {"cluster", "job", "phases", "speedup", "replan", "events"}
+    assert set(report["replan"]) >= {"iterations_to_commit", "ratio_to_offline_best"}
+    assert report["cluster"]["emulated"] is emulated
+    kinds = [event["kind"] for event in report["events"]]
+    assert "replan" in kinds and "commit" in kinds, kinds       # the service planned and committed by itself
+    assert all(event["reason"] for event in report["events"])
+    first = report["phases"][1]
+    assert first["plan_version"] and first["plan_version"] > 0 and first["measured_iteration_seconds"] > 0
+    assert first["predicted_iteration_seconds"] > 0 and report["speedup"] > 0
+    assert max(report["plan_versions"]) > 0 and len(report["step_seconds"]) == report["job"]["steps"]
+
+
+def test_the_demo_on_loopback_plans_and_commits(tmp_path):
+    out, picture = tmp_path / "demo.json", tmp_path / "demo.png"
+    result = p2("demo", "--loopback", "--nodes", "1", "--per-node", "4", "--steps", "70", *SMALL,
+                "--name", "p2demotest", "--work-dir", str(tmp_path / "work"), "--json", str(out),
+                "--plot", str(picture), timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "on loopback" in result.stderr and "speed-ups" in result.stderr
+    assert "passthrough" in result.stdout and "first-plan" in result.stdout
+    check_report(json.loads(out.read_text()), emulated=False)
+    assert picture.stat().st_size > 10_000
+
+
+@pytest.mark.skipif(not can_manage_namespaces(), reason="the emulated cluster needs CAP_NET_ADMIN (root)")
+def test_the_demo_on_the_emulated_cluster_commits_and_slows_the_second_nic(tmp_path):
+    out = tmp_path / "demo.json"
+    result = p2("demo", "--steps", "90", *SMALL, "--name", "p2demotest", "--work-dir", str(tmp_path / "work"),
+                "--json", str(out), timeout=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    check_report(report, emulated=True)
+    assert report["replan"]["change_step"] is not None and "CLUSTER CHANGE" in result.stderr
