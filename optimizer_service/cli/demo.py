@@ -15,7 +15,7 @@ import click
 from deploy.emulated.names import check_name
 from deploy.errors import DeployError
 from optimizer_service.cli.cluster import Rate
-from optimizer_service.cli.demo_report import iterations_to_commit, offline_best, phases, plot, table
+from optimizer_service.cli.demo_report import first_plan, iterations_to_commit, offline_best, phases, plot, table
 from optimizer_service.cli.demo_run import POLICY, DemoConfig, DemoRun
 from optimizer_service.cli.params import write_json
 from optimizer_service.errors import InvalidInputError
@@ -107,6 +107,7 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
         "replan": {"change_step": result["change_step"],
                    "iterations_to_commit": iterations_to_commit(result["events"], result["change_step"]),
                    "ratio_to_offline_best": ratio, "offline_best_predicted_seconds": best},
+        "first_plan": first_plan(result["events"]),
         "events": result["events"],
         "step_seconds": result["rank0"]["step_seconds"],
         "plan_versions": result["rank0"]["plan_versions"],

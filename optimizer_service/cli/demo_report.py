@@ -91,6 +91,15 @@ def iterations_to_commit(events: list[dict], change_step: int | None) -> int | N
     return None
 
 
+def first_plan(events: list[dict]) -> dict:
+    """When the first search was asked for (step) and how long from then until the
+    coordinator committed a plan (search, trace window and two-phase commit)."""
+    asked = next((e for e in events if e["kind"] == "replan"), None)
+    committed = next((e for e in events if e["kind"] == "committed" and asked and e["unix"] >= asked["unix"]), None)
+    return {"requested_at_step": None if asked is None or asked.get("iteration") is None else asked["iteration"] + 1,
+            "seconds_to_commit": committed["unix"] - asked["unix"] if asked and committed else None}
+
+
 def offline_best(work: Path, topology_path: Path, throttle: float, budget: float) -> float | None:
     """The best predicted iteration time of a search on the changed cluster's traces, told the new rate."""
     from optimizer_service.hardware.topology import Topology
