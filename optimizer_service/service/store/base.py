@@ -122,23 +122,30 @@ class PlanStore(abc.ABC):
     def next_epoch(self) -> int:
         """Increment the epoch and return it (1 the first time), durable when this returns."""
 
-    # telemetry summaries: bounded, most recent kept
-    @abc.abstractmethod
+    # bounded lists, most recent kept: telemetry summaries, and job events (every decision of the
+    # replanning policy, with its reason)
     def add_telemetry(self, job_id: str, summary: dict, keep: int = 1000) -> None:
         """Append a summary and drop the job's oldest beyond ``keep``."""
+        self._push("telemetry", job_id, summary, keep)
 
-    @abc.abstractmethod
     def recent_telemetry(self, job_id: str, limit: int = 100) -> list[dict]:
         """The job's last ``limit`` summaries, newest last."""
+        return self._recent("telemetry", job_id, limit)
 
-    # job events (every decision of the replanning policy, with its reason): bounded, most recent kept
-    @abc.abstractmethod
     def add_event(self, job_id: str, event: dict, keep: int = 10_000) -> None:
         """Append an event document and drop the job's oldest beyond ``keep``."""
+        self._push("events", job_id, event, keep)
 
-    @abc.abstractmethod
     def recent_events(self, job_id: str, limit: int = 100) -> list[dict]:
         """The job's last ``limit`` events, newest last."""
+        return self._recent("events", job_id, limit)
+
+    @abc.abstractmethod
+    def _push(self, name: str, job_id: str, document: dict, keep: int) -> None:
+        """Append to bounded list ``name`` (``telemetry`` or ``events``, never client text)."""
+
+    @abc.abstractmethod
+    def _recent(self, name: str, job_id: str, limit: int) -> list[dict]: ...
 
     @abc.abstractmethod
     def ping(self) -> None:

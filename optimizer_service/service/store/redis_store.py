@@ -213,18 +213,6 @@ class RedisPlanStore(PlanStore):
         with self._guard() as client:
             return int(client.incr(self._key("epoch")))
 
-    def add_telemetry(self, job_id: str, summary: dict, keep: int = 1000) -> None:
-        self._push("telemetry", job_id, summary, keep)
-
-    def recent_telemetry(self, job_id: str, limit: int = 100) -> list[dict]:
-        return self._recent("telemetry", job_id, limit)
-
-    def add_event(self, job_id: str, event: dict, keep: int = 10_000) -> None:
-        self._push("events", job_id, event, keep)
-
-    def recent_events(self, job_id: str, limit: int = 100) -> list[dict]:
-        return self._recent("events", job_id, limit)
-
     def _push(self, name: str, job_id: str, document: dict, keep: int) -> None:
         check_job_id(job_id)
         check_count("keep", keep, 1, MAX_TELEMETRY_KEEP)

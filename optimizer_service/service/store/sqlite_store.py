@@ -229,18 +229,6 @@ class SqlitePlanStore(PlanStore):
                        "ON CONFLICT (name) DO UPDATE SET value = value + 1")
             return db.execute("SELECT value FROM counters WHERE name = 'epoch'").fetchone()[0]
 
-    def add_telemetry(self, job_id: str, summary: dict, keep: int = 1000) -> None:
-        self._push("telemetry", job_id, summary, keep)
-
-    def recent_telemetry(self, job_id: str, limit: int = 100) -> list[dict]:
-        return self._recent("telemetry", job_id, limit)
-
-    def add_event(self, job_id: str, event: dict, keep: int = 10_000) -> None:
-        self._push("events", job_id, event, keep)
-
-    def recent_events(self, job_id: str, limit: int = 100) -> list[dict]:
-        return self._recent("events", job_id, limit)
-
     def _push(self, table: str, job_id: str, document: dict, keep: int) -> None:
         """Append to one of the bounded tables (a fixed name, never client text)."""
         check_job_id(job_id)
