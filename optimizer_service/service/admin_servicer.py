@@ -16,9 +16,10 @@ from optimizer_service.errors import PlanError
 from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_from_proto, plan_to_proto
 from optimizer_service.service import requests
-from optimizer_service.service.core import TRACE_ITERATIONS, TRACE_TIMEOUT_SECONDS, ServiceCore
+from optimizer_service.service.core import ServiceCore
 from optimizer_service.service.errors_map import one_line, status_of
 from optimizer_service.service.jobs import DEGRADED, LIVE, REGISTERING, Job, PlanState
+from optimizer_service.service.traces import TRACE_ITERATIONS, TRACE_TIMEOUT_SECONDS
 from p2.v1 import optimizer_pb2 as api
 from p2.v1 import optimizer_pb2_grpc
 

@@ -63,13 +63,15 @@ from optimizer_service.service.events import EventBus
 from optimizer_service.service.jobs import LIVE, Job, PlanState, RankInfo, RankSession
 from optimizer_service.service.replanning import ReplanConfig, Replanner
 from optimizer_service.service.store.base import PlanStore, StoredPlan, StoreFencedError
-from optimizer_service.service.traces import MAX_TRACE_BYTES, TraceRequestError
+from optimizer_service.service.traces import (
+    MAX_TRACE_BYTES,
+    TRACE_ITERATIONS,
+    TRACE_TIMEOUT_SECONDS,
+    TraceRequestError,
+)
 from p2.v1 import enforcer_link_pb2 as link
 
 log = logging.getLogger("p2.service")
-
-TRACE_ITERATIONS = 8                # finished iterations of each rank's trace a plan is made from
-TRACE_TIMEOUT_SECONDS = 60.0
 
 
 class NotFoundError(InvalidInputError):
@@ -480,10 +482,6 @@ class ServiceCore:
             except Exception as error:
                 log.warning("job %s: storing event %s failed: %s", job_id, document.get("kind"), error)
         self._io_pool.submit(write)
-
-    async def events_of(self, job_id: str, limit: int = 100) -> list[dict]:
-        self.job(job_id)
-        return await self._io(self.store.recent_events, job_id, limit)
 
     async def plan(self, job_id: str, version: int) -> tuple[PlanState, StoredPlan]:
         job = self.job(job_id)

@@ -61,6 +61,7 @@ from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan import Plan
 from optimizer_service.service.jobs import Job
 from optimizer_service.service.planning import Planner, SearchOutcome, resolve_topology
+from optimizer_service.service.traces import TRACE_ITERATIONS
 
 if TYPE_CHECKING:
     from optimizer_service.service.core import ServiceCore
@@ -79,7 +80,7 @@ class ReplanConfig:
     policy: PolicyConfig = PolicyConfig()
     topology: str = ""              # for jobs whose ranks give none (P2_TOPOLOGY): a preset name or YAML
     budget: float = 5.0             # seconds of search per searching system
-    trace_iterations: int = 8       # finished iterations of every rank's trace a search reads
+    trace_iterations: int = TRACE_ITERATIONS    # finished iterations of every rank's trace a search reads
     seed: int = 0
 
 

@@ -53,6 +53,10 @@ class StoreUnavailableError(StoreError):
     unwritable); the message names the store's URL with its password redacted."""
 
 
+#: The bounded lists a store keeps per job (``_push``/``_recent``'s ``name``), as their items are called.
+BOUNDED_LISTS = {"telemetry": "telemetry summary", "events": "job event"}
+
+
 @dataclass(frozen=True)
 class StoredPlan:
     job_id: str

@@ -33,6 +33,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from optimizer_service.service.store.base import (
+    BOUNDED_LISTS,
     PlanStore,
     StoreConflictError,
     StoredPlan,
@@ -82,9 +83,6 @@ def check_prefix(prefix: object) -> str:
     if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
         raise StoreInputError(f"key prefix {preview(prefix)} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ : -")
     return prefix
-
-
-_SINGULAR = {"telemetry": "telemetry summary", "events": "job event"}
 
 
 class RedisPlanStore(PlanStore):
@@ -216,7 +214,7 @@ class RedisPlanStore(PlanStore):
     def _push(self, name: str, job_id: str, document: dict, keep: int) -> None:
         check_job_id(job_id)
         check_count("keep", keep, 1, MAX_TELEMETRY_KEEP)
-        text = encode_document(document, _SINGULAR[name])
+        text = encode_document(document, BOUNDED_LISTS[name])
         key = self._key(name, job_id)
         with self._guard() as client:
             pipe = client.pipeline(transaction=True)
@@ -231,7 +229,7 @@ class RedisPlanStore(PlanStore):
             return []
         with self._guard() as client:
             texts = client.lrange(self._key(name, job_id), -limit, -1)
-        return [decode_document(text, f"{_SINGULAR[name]} of {job_id}") for text in texts]
+        return [decode_document(text, f"{BOUNDED_LISTS[name]} of {job_id}") for text in texts]
 
     def ping(self) -> None:
         with self._guard() as client:

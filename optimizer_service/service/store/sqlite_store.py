@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from optimizer_service.service.store.base import (
+    BOUNDED_LISTS,
     PlanStore,
     StoreConflictError,
     StoredPlan,
@@ -62,9 +63,6 @@ CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY, job_id TEXT NOT NULL, summary TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, id);
 """
-
-
-_SINGULAR = {"telemetry": "telemetry summary", "events": "job event"}
 
 
 class SqlitePlanStore(PlanStore):
@@ -233,7 +231,7 @@ class SqlitePlanStore(PlanStore):
         """Append to one of the bounded tables (a fixed name, never client text)."""
         check_job_id(job_id)
         check_count("keep", keep, 1, MAX_TELEMETRY_KEEP)
-        text = encode_document(document, _SINGULAR[table])
+        text = encode_document(document, BOUNDED_LISTS[table])
         with self._transaction() as db:
             db.execute(f"INSERT INTO {table} (job_id, summary) VALUES (?, ?)", (job_id, text))
             db.execute(f"DELETE FROM {table} WHERE job_id = ? AND id <= (SELECT id FROM {table} "
@@ -245,7 +243,7 @@ class SqlitePlanStore(PlanStore):
         with self._guard() as db:
             rows = db.execute(f"SELECT id, summary FROM (SELECT id, summary FROM {table} WHERE job_id = ? "
                               "ORDER BY id DESC LIMIT ?) ORDER BY id", (job_id, limit)).fetchall()
-        return [decode_document(text, f"{_SINGULAR[table]} {job_id} #{row_id}") for row_id, text in rows]
+        return [decode_document(text, f"{BOUNDED_LISTS[table]} {job_id} #{row_id}") for row_id, text in rows]
 
     def ping(self) -> None:
         with self._guard() as db:
