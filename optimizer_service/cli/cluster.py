@@ -52,8 +52,13 @@ def _name(value: str) -> str:
         raise click.BadParameter(str(exc)) from None
 
 
-_NAME_OPTION = click.option("--name", default=DEFAULT_NAME, show_default=True, callback=lambda c, p, v: _name(v),
-                            help="Cluster name (a-z, 0-9, '-'; names its namespaces p2-NAME-*).")
+def name_option(default: str = DEFAULT_NAME, what: str = "Cluster name"):
+    """``--name``, checked as a cluster name (also ``p2 demo``'s)."""
+    return click.option("--name", default=default, show_default=True, callback=lambda c, p, v: _name(v),
+                        help=f"{what} (a-z, 0-9, '-'; names its namespaces p2-NAME-*).")
+
+
+_NAME_OPTION = name_option()
 
 
 @click.group()

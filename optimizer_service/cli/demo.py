@@ -12,21 +12,12 @@ from pathlib import Path
 
 import click
 
-from deploy.emulated.names import check_name
-from deploy.errors import DeployError
-from optimizer_service.cli.cluster import Rate
+from optimizer_service.cli.cluster import Rate, name_option
 from optimizer_service.cli.demo_report import first_plan, iterations_to_commit, offline_best, phases, plot, table
 from optimizer_service.cli.demo_run import POLICY, DemoConfig, DemoRun
 from optimizer_service.cli.params import write_json
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.settings import Settings
-
-
-def _name(ctx, param, value: str) -> str:
-    try:
-        return check_name(value)
-    except DeployError as error:
-        raise click.BadParameter(str(error)) from None
 
 
 @click.command("demo")
@@ -46,7 +37,7 @@ def _name(ctx, param, value: str) -> str:
 @click.option("--search-budget", type=click.FloatRange(0.1, 600), default=3.0, show_default=True,
               metavar="SECONDS", help="The service's search time per searching system.")
 @click.option("--loopback", is_flag=True, help="Run on loopback even as root (no NICs: no speed-up to show).")
-@click.option("--name", default="p2demo", show_default=True, callback=_name, help="The emulated cluster's name.")
+@name_option("p2demo", "The demo cluster's name")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path),
               help="Where the store, logs and traces go (default: a new temporary folder).")
 @click.option("--json", "json_out", metavar="OUT", help="Write the results as JSON ('-' for stdout).")

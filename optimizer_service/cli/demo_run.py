@@ -189,8 +189,8 @@ class DemoRun:
                 raise JobFailedError(f"the demo's job did not finish within {config.timeout:g} s")
         if store is not None:
             self._poll_events(store)
-            plans = {state["version"]: state for v in range(1, 1000)
-                     if (state := store.get_plan_state(JOB, v)) is not None}
+            plans = {stored.version: state for stored in store.list_plans(JOB)
+                     if (state := store.get_plan_state(JOB, stored.version)) is not None}
             store.close()
         else:
             plans = {}

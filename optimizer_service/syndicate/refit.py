@@ -75,15 +75,11 @@ def refit(topology: Topology, ratios: Mapping[int, float]) -> Topology:
     """``topology`` with each channel ``c > 0``'s links slowed (or sped up) by
     its ratio relative to channel 0's (the module doc says why)."""
     base = ratios.get(0, 1.0)
-    ratios = {c: r / base for c, r in ratios.items() if c > 0}
-    links = []
-    for link in topology.links:
-        ratio = ratios.get(link.channel, 1.0)
-        if abs(ratio - 1.0) > TOLERANCE:
-            link = replace(link, bandwidth=link.bandwidth / ratio, latency=link.latency * ratio)
-        links.append(link)
-    changed = {c: r for c, r in ratios.items() if abs(r - 1.0) > TOLERANCE}
+    changed = {c: r / base for c, r in ratios.items() if c > 0 and abs(r / base - 1.0) > TOLERANCE}
     if not changed:
         return topology
+    links = [replace(link, bandwidth=link.bandwidth / changed[link.channel],
+                     latency=link.latency * changed[link.channel]) if link.channel in changed else link
+             for link in topology.links]
     note = ", ".join(f"channel {c} x{r:.2f}" for c, r in sorted(changed.items()))
     return replace(topology, links=tuple(links), description=f"{topology.description} (re-fitted: {note})")
