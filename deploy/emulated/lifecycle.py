@@ -180,12 +180,11 @@ def set_channel_rate(info: ClusterInfo, channel: int, rate: float) -> netns.TbfS
         raise DeployError(f"rate {rate!r} must be a positive number of bytes/s")
     require_namespace_privileges("changing a NIC's rate")
     shape = netns.tbf_shape(rate)
-    args = " ".join(shape.tc_args())
     bridge = []
     for node in range(info.nodes):
         nic = info.nic(node, channel)
-        netns.tc_batch([f"qdisc replace dev {nic.ifname} root {args}"], info.node_namespaces[node])
-        bridge.append(f"qdisc replace dev {nic.bridge_ifname} root {args}")
+        netns.tc_batch([netns.qdisc_line(nic.ifname, shape)], info.node_namespaces[node])
+        bridge.append(netns.qdisc_line(nic.bridge_ifname, shape))
     netns.tc_batch(bridge, info.bridge_namespace)
     return shape
 

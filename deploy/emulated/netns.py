@@ -82,6 +82,11 @@ class TbfShape:
         return {"rate": self.rate, "burst": self.burst, "limit": self.limit}
 
 
+def qdisc_line(device: str, shape: TbfShape) -> str:
+    """The ``tc -batch`` line that (re)shapes ``device`` with ``shape``."""
+    return f"qdisc replace dev {device} root {' '.join(shape.tc_args())}"
+
+
 def tbf_shape(rate: float) -> TbfShape:
     """The ``tbf`` parameters for a NIC of ``rate`` bytes/s (module docstring)."""
     burst = max(BURST_FLOOR, round(rate * BURST_TIME))
@@ -240,9 +245,8 @@ def build(wiring: Wiring, created: list[str]) -> None:
         for channel, shape in enumerate(wiring.shapes):
             if shape is None:
                 continue
-            args = " ".join(shape.tc_args())
-            node_qdiscs.append(f"qdisc replace dev {names.node_ifname(channel)} root {args}")
-            bridge_qdiscs.append(f"qdisc replace dev {names.bridge_ifname(node, channel)} root {args}")
+            node_qdiscs.append(qdisc_line(names.node_ifname(channel), shape))
+            bridge_qdiscs.append(qdisc_line(names.bridge_ifname(node, channel), shape))
         tc_batch(node_qdiscs, node_ns[node])
     tc_batch(bridge_qdiscs, bridge_ns)
 
