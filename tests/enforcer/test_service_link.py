@@ -37,9 +37,11 @@ class MiniService(enforcer_link_pb2_grpc.EnforcerLinkServicer):
     """Registers ``world`` ranks, then Prepare(``plans[rank]``) to each; all yes → Commit, a no → Abort."""
 
     def __init__(self, world: int, plans: dict[int, Plan], switch_iteration: int, token: str | None = None,
-                 commit_delay: dict[int, float] | None = None) -> None:
+                 commit_delay: dict[int, float] | None = None, turn_away_first: bool = False) -> None:
         self.world, self.plans, self.switch_iteration, self.token = world, plans, switch_iteration, token
         self.commit_delay = commit_delay or {}       # rank -> seconds its Commit is held back
+        self.turn_away_first = turn_away_first       # each rank's first stream ends UNAVAILABLE (still starting)
+        self.turned_away: set[int] = set()
         self.lock = threading.Lock()
         self.outboxes: dict[int, queue.Queue] = {}
         self.registers: list[link.Register] = []
@@ -57,6 +59,9 @@ class MiniService(enforcer_link_pb2_grpc.EnforcerLinkServicer):
         first = next(request_iterator)
         assert first.WhichOneof("body") == "register"
         rank = first.register.rank
+        if self.turn_away_first and rank not in self.turned_away:
+            self.turned_away.add(rank)
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the service is still starting")
         outbox: queue.Queue = queue.Queue()
         with self.lock:
             self.registers.append(first.register)
@@ -234,9 +239,12 @@ def test_without_a_reachable_service_the_job_trains_as_in_passthrough():
 
 
 def test_a_service_that_comes_up_late_is_joined_and_its_plan_runs():
+    """The service listens only after 2 s and turns each rank's first stream away, so every rank
+    retries whether its first attempt came before the listener (a fast start) or after (a slow one)."""
     world = 2
     port = free_port()
-    service = MiniService(world, {r: training_plan(world) for r in range(world)}, switch_iteration=0)
+    service = MiniService(world, {r: training_plan(world) for r in range(world)}, switch_iteration=0,
+                          turn_away_first=True)
     started: list[grpc.Server] = []
     timer = threading.Timer(2.0, lambda: started.append(serve(service, port)[0]))
     timer.start()
