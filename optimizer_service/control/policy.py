@@ -50,6 +50,16 @@ Defaults (:class:`PolicyConfig`, in :mod:`.policy_events`), and why:
   in a row that changed nothing (not committed, failed, rolled back) the
   cooldown is ``cooldown * min(2**k, 8)``: no tight retry loop, and noise near
   a threshold costs at most one search per 240 iterations.
+* ``drift_trigger=0.20``: a running plan's *baseline* is its first median over
+  a full ``window``; a median more than 20 % away from it for ``consecutive``
+  iterations means the cluster changed under the job (a NIC throttled, a
+  neighbour's traffic) — larger than the 5–15 % that medians of one plan moved
+  between windows on the 2-core emulated cluster, small against a channel
+  losing most of its bandwidth.
+* ``restore_gain=0.10``: a known plan is re-installed only when it measured
+  10 % faster than the running one's median for ``consecutive`` iterations in
+  a row (twice ``min_gain``: a restore compares medians taken at different
+  times, which carry the drift of the machine, not only the plan).
 * ``evaluate=20``, ``rollback_margin=0.03``: a new plan is measured for 20
   iterations after its warm-up and rolled back when its median is more than 3 %
   over the previous plan's (below ``min_gain``, so a kept plan is never "known
@@ -64,9 +74,20 @@ Readings of the ambiguous points:
 * "Consistently" (Syndicate) and "for M consecutive iterations" (issue): the
   *median over the window* must be above the threshold at M consecutive
   iterations; a single iteration never counts.
-* The gain of a search result is ``1 - predicted / measured``, against the
-  median of the running plan measured *now* (in this cluster state); with fewer
-  than ``min_samples`` such iterations nothing is committed. "Exceeds": strictly.
+* The gain of a search result is the model's: ``1 - predicted / running``, the
+  new plan against the running plan priced alike (same traces, re-fitted
+  topology and scheduler). The plan is then *expected* to take the running
+  plan's measured median times that ratio, and that expectation is its
+  prediction from then on (the slow trigger compares with it). The model's
+  absolute time of a live job misses what slows every plan alike (on 2 cores,
+  8 ranks' gloo threads waiting for a core: motifs measured 3–4× the calibrated
+  time), and the ratio cancels it. Where the running plan cannot be priced,
+  the model's own time is compared with the median. With fewer than
+  ``min_samples`` measured iterations nothing is committed. "Exceeds": strictly.
+* A cluster change nobody reports is seen as *drift* (``drift_trigger``): the
+  policy then enters a new cluster state named after the last one
+  (``KEY~dN``), exactly as if :class:`ClusterChanged` had said so; the search
+  that follows re-fits the channels to what the traces now measure.
 * A trigger that led to a search is latched until its condition clears (for
   whichever plan runs then) or the cluster state changes: a condition a search
   could not improve, or a commit that was rolled back, does not cause a search
@@ -76,11 +97,12 @@ Readings of the ambiguous points:
   state changed during the trial there is nothing to compare with and the plan
   is kept. A rollback is not itself evaluated (the plan is known).
 * Keep-best: per cluster state, the latest median of every plan that ran in it.
-  Whenever the running plan measures more than ``min_gain`` slower than a known
-  plan of the current state, that plan is re-installed (``RollBack`` with cause
-  ``restore``, evaluated like a commit); this is how a cluster state seen before
-  gets its best plan back, and how a failed rollback is retried (if the gap
-  exceeds ``min_gain``). With none known,
+  Whenever the running plan measures more than ``restore_gain`` slower than a
+  known plan of the current state for ``consecutive`` iterations, that plan is
+  re-installed (``RollBack`` with cause ``restore``, evaluated like a commit);
+  right after a cluster change, as soon as ``min_samples`` are measured. This
+  is how a cluster state seen before gets its best plan back, and how a
+  failed rollback is retried. With none known,
   a cluster change makes a replan due once ``min_samples`` are measured in it.
 * Pause freezes plans: a running search is cancelled, nothing is requested,
   committed or rolled back (a trial's verdict waits for Resume); measuring goes on.
@@ -171,6 +193,10 @@ class Policy:
     wait_streak: int = 0
     slow_latched: bool = False
     wait_latched: bool = False
+    baseline: float | None = None
+    drift_streak: int = 0
+    drifts: int = 0
+    restore_streak: int = 0
     cooldown_until: int = 0
     fruitless: int = 0
     next_request: int = 1
@@ -207,13 +233,20 @@ class Policy:
         known = self.measured.get(self.cluster, {})
         return min(known.items(), key=lambda item: (item[1], -item[0])) if known else None
 
+    def best_other(self) -> tuple[int, float] | None:
+        """The fastest known plan of the current cluster state other than the running one."""
+        known = {v: s for v, s in self.measured.get(self.cluster, {}).items() if v != self.running}
+        return min(known.items(), key=lambda item: (item[1], -item[0])) if known else None
+
     def to_dict(self) -> dict:
         """A JSON-ready summary for the dashboard and the store."""
         return {"phase": self.phase, "paused": self.paused, "cluster": self.cluster, "running": self.running,
                 "iterations": self.count, "cooldown_left": max(0, self.cooldown_until - self.count),
                 "median_seconds": self.median_seconds(), "median_wait_fraction": self.median_wait(),
                 "predicted_seconds": self.predicted.get(self.running), "due": self.due,
-                "streaks": {"slow": self.slow_streak, "waits": self.wait_streak},
+                "baseline_seconds": self.baseline,
+                "streaks": {"slow": self.slow_streak, "waits": self.wait_streak, "drift": self.drift_streak,
+                            "restore": self.restore_streak},
                 "latched": {"slow": self.slow_latched, "waits": self.wait_latched}, "fruitless": self.fruitless,
                 "pending": None if self.pending is None else asdict(self.pending),
                 "trial": None if self.trial is None else asdict(self.trial),
@@ -269,7 +302,8 @@ def _fresh(state: Policy) -> Policy:
     """Measure from scratch (a new plan runs, or the cluster state changed). Latches
     stay: a plan re-installed by a rollback must not re-open the search that found
     the plan it replaced; they clear when the condition does."""
-    return replace(state, since_switch=0, window=(), slow_streak=0, wait_streak=0)
+    return replace(state, since_switch=0, window=(), slow_streak=0, wait_streak=0, baseline=None, drift_streak=0,
+                   restore_streak=0)
 
 
 def _timeouts(state: Policy, now: float) -> tuple[Policy, list[Action]]:
@@ -319,7 +353,29 @@ def _watch(state: Policy) -> tuple[Policy, list[Action]]:
                                 f"{_pct(cfg.wait_clear)} for {cfg.consecutive} iterations: the waits trigger is "
                                 f"armed again"))
         state = replace(state, wait_latched=latched, wait_streak=streak)
+    if median is not None:
+        drift = state.baseline is not None and abs(median / state.baseline - 1) > cfg.drift_trigger
+        best = state.best_other()
+        better = best is not None and best[1] < median * (1 - cfg.restore_gain)
+        state = replace(state, drift_streak=state.drift_streak + 1 if drift else 0,
+                        restore_streak=state.restore_streak + 1 if better else 0)
     return state, actions
+
+
+def _drift(state: Policy) -> tuple[Policy, list[Action]]:
+    """The running plan's median left its baseline by more than ``drift_trigger``
+    for ``consecutive`` iterations: the cluster changed under it, though nobody
+    said so. It becomes a new cluster state, derived from the last one."""
+    median, baseline, cfg = state.median_seconds(), state.baseline, state.config
+    assert median is not None and baseline is not None
+    drifts = state.drifts + 1
+    cluster = f"{state.cluster.split('~')[0]}~d{drifts}"
+    what = (f"{_name(state.running)} measures {median:.3f} s, {_pct(abs(median / baseline - 1))} "
+            f"{'over' if median > baseline else 'under'} its {baseline:.3f} s baseline for {state.drift_streak} "
+            f"iterations (more than {_pct(cfg.drift_trigger)})")
+    state, actions = _changed(replace(state, drifts=drifts), cluster, f"{what}: the cluster changed under the "
+                              f"job; taken as a new cluster state {cluster}")
+    return state, [Note("drift", actions[-1].reason), *actions[:-1]]
 
 
 def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
@@ -370,8 +426,9 @@ def _decide(state: Policy, now: float) -> tuple[Policy, list[Action]]:
     median = state.median_seconds()
     if state.paused or state.count < state.cooldown_until or median is None:
         return state, []
-    best = state.best()
-    if best is not None and best[0] != state.running and best[1] < median * (1 - state.config.min_gain):
+    best = state.best_other()
+    better = best is not None and best[1] < median * (1 - state.config.restore_gain)
+    if best is not None and better and (state.due or state.restore_streak >= state.config.consecutive):
         version, seconds = best
         reason = (f"{_name(version)} measured {seconds:.3f} s in cluster state {state.cluster}, "
                   f"{_pct(1 - seconds / median)} faster than the running {_name(state.running)}'s {median:.3f} s")
@@ -404,7 +461,12 @@ def _on_iteration(state: Policy, event: Iteration, now: float) -> tuple[Policy, 
     if median is not None:
         known = {**state.measured.get(state.cluster, {}), state.running: median}
         state = replace(state, measured={**state.measured, state.cluster: known})
+        if state.baseline is None and len(window) >= cfg.window:
+            state = replace(state, baseline=median)
     state, actions = _watch(state)
+    if state.drift_streak >= cfg.consecutive:
+        state, more = _drift(state)
+        return state, actions + more
     if state.trial is not None:
         state, more = _evaluate(state, now)
     elif state.phase == WAITING:
@@ -421,26 +483,47 @@ def _on_search_done(state: Policy, event: SearchDone, now: float) -> tuple[Polic
         return state, [Note("ignored", f"result v{event.version} of search r{event.request} ignored: no such "
                             f"search is running")]
     state = _latch(replace(state, pending=None), pending.trigger)
-    median, predicted, running = state.median_seconds(), event.predicted_seconds, _name(state.running)
-    gain = 1 - predicted / median if median and math.isfinite(predicted) and predicted > 0 else None
+    median, running = state.median_seconds(), _name(state.running)
+    expected, basis = _expected(event, median, running)
+    gain = 1 - expected / median if median and expected is not None else None
     if gain is not None and gain > cfg.min_gain + 1e-12 and not state.paused:     # float noise at the threshold is no gain
-        state = replace(_cool(state), predicted={**state.predicted, event.version: predicted},
+        state = replace(_cool(state), predicted={**state.predicted, event.version: expected},
                         pending=Pending(COMMITTING, pending.trigger, now, version=event.version, due=pending.due))
-        return state, [Commit(event.version, predicted, median, f"predicted gain {_pct(gain)} is over the threshold "
-                              f"{_pct(cfg.min_gain)}: v{event.version} predicted {predicted:.3f} s vs the measured "
-                              f"{median:.3f} s of {running}")]
+        return state, [Commit(event.version, expected, median, f"predicted gain {_pct(gain)} is over the threshold "
+                              f"{_pct(cfg.min_gain)}: {basis}")]
     state, wait = _fruitless(state)
     if state.paused:
         why = "replanning is paused"
     elif median is None:
         why = f"only {len(state.window)} measured iterations of {running}, {cfg.min_samples} are needed to compare"
     elif gain is None:
-        why = f"its predicted iteration time {predicted} is not a time"
+        why = f"its predicted iteration time {event.predicted_seconds} is not a time"
     else:
-        why = (f"predicted gain {_pct(gain)} is below the threshold {_pct(cfg.min_gain)}: v{event.version} predicted "
-               f"{predicted:.3f} s vs the measured {median:.3f} s of {running}")
+        why = f"predicted gain {_pct(gain)} is below the threshold {_pct(cfg.min_gain)}: {basis}"
     return state, [Note("not-committed", f"v{event.version} from search r{event.request} not committed: {why}; "
                         f"keeping {running}; next search after {wait} iterations at the earliest")]
+
+
+def _expected(event: SearchDone, median: float | None, running: str) -> tuple[float | None, str]:
+    """The iteration time expected of a search's plan, and how it was reached:
+    the model's ratio of the new plan to the running one, applied to the running
+    plan's measured median (both priced alike, so what the model misses for this
+    job on this cluster cancels); the model's own time where the running plan
+    could not be priced."""
+    predicted, model = event.predicted_seconds, event.running_seconds
+
+    def time(value: float | None) -> bool:
+        return value is not None and math.isfinite(value) and value > 0
+
+    if not time(predicted) or not median:
+        return None, ""
+    new = f"v{event.version}"
+    if time(model):
+        expected = median * predicted / model
+        return expected, (f"the model prices {new} at {predicted:.3f} s and {running} at {model:.3f} s "
+                          f"({_pct(abs(1 - predicted / model))} {'faster' if predicted < model else 'slower'}); "
+                          f"on {running}'s measured {median:.3f} s that is {expected:.3f} s")
+    return predicted, f"{new} predicted {predicted:.3f} s vs the measured {median:.3f} s of {running}"
 
 
 def _on_search_failed(state: Policy, event: SearchFailed, now: float) -> tuple[Policy, list[Action]]:
@@ -500,18 +583,22 @@ def _cancel(state: Policy, why: str) -> tuple[Policy, list[Action]]:
                                                               f"cancelled: {why}")]
 
 
-def _on_cluster(state: Policy, event: ClusterChanged, now: float) -> tuple[Policy, list[Action]]:
-    if event.cluster == state.cluster:
-        return state, []
+def _changed(state: Policy, cluster: str, due: str) -> tuple[Policy, list[Action]]:
+    """Enter cluster state ``cluster`` (``due``: why); the last action is the ``cluster`` note."""
     old = state.cluster
-    due = f"cluster state changed from {old} to {event.cluster}"
     trial = None if state.trial is None else replace(state.trial, previous_seconds=None)
-    state = replace(_fresh(state), cluster=event.cluster, due=due, trial=trial, slow_latched=False, wait_latched=False)
+    state = replace(_fresh(state), cluster=cluster, due=due, trial=trial, slow_latched=False, wait_latched=False)
     state, actions = _cancel(state, "it was for the old cluster state")
     best = state.best()
     known = f"best known plan there: {_name(best[0])} ({best[1]:.3f} s)" if best else "no plan known there"
     return state, actions + [Note("cluster", f"{due}; measurements of {old} no longer count; {known}; deciding once "
                                   f"{state.config.min_samples} iterations are measured")]
+
+
+def _on_cluster(state: Policy, event: ClusterChanged, now: float) -> tuple[Policy, list[Action]]:
+    if event.cluster == state.cluster:
+        return state, []
+    return _changed(state, event.cluster, f"cluster state changed from {state.cluster} to {event.cluster}")
 
 
 def _on_pause(state: Policy, event: Pause, now: float) -> tuple[Policy, list[Action]]:

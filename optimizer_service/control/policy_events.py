@@ -35,6 +35,8 @@ class PolicyConfig:
     max_backoff: int = 8
     evaluate: int = 20
     rollback_margin: float = 0.03
+    restore_gain: float = 0.10
+    drift_trigger: float = 0.20
     switch_within: int = 200
     pending_timeout: float = 600.0
 
@@ -50,6 +52,9 @@ class PolicyConfig:
             problems.append("0 <= slow_clear <= slow_trigger and 0 <= wait_clear <= wait_trigger")
         if not (0 <= self.min_gain < 1 and self.rollback_margin >= 0):
             problems.append(f"0 <= min_gain < 1 and rollback_margin >= 0 (got {self.min_gain}, {self.rollback_margin})")
+        if not (self.min_gain <= self.restore_gain < 1 and 0 < self.drift_trigger):
+            problems.append(f"min_gain <= restore_gain < 1 and drift_trigger > 0 (got {self.restore_gain}, "
+                            f"{self.drift_trigger})")
         if min(self.consecutive, self.cooldown, self.max_backoff, self.switch_within) < 1 or self.pending_timeout <= 0:
             problems.append("consecutive, cooldown, max_backoff, switch_within >= 1 and pending_timeout > 0")
         if problems:
@@ -71,11 +76,14 @@ class Iteration:
 @dataclass(frozen=True)
 class SearchDone:
     """The search asked for by :class:`RequestPlan` ``request`` produced plan
-    ``version`` (stored, not committed), predicted to take ``predicted_seconds``
-    per iteration."""
+    ``version`` (stored, not committed), which the cost model predicts to take
+    ``predicted_seconds`` per iteration; ``running_seconds`` is the model's time
+    of the running plan priced the same way (same traces, topology and
+    scheduler; None when it could not be priced)."""
     request: int
     version: int
     predicted_seconds: float
+    running_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -142,7 +150,7 @@ class _Said:
 class RequestPlan(_Said):
     """Start a search for a better plan; answer with :class:`SearchDone` or
     :class:`SearchFailed` carrying ``request``. ``trigger`` is one of
-    ``first``, ``cluster``, ``slow``, ``waits``."""
+    ``first``, ``cluster`` (a reported or a measured change), ``slow``, ``waits``."""
     request: int
     trigger: str
     reason: str
@@ -160,9 +168,9 @@ class CancelSearch(_Said):
 @dataclass(frozen=True)
 class Commit(_Said):
     """Commit plan ``version`` (submit it to the 2PC coordinator); answer with
-    :class:`Committed` or :class:`CommitFailed`. ``predicted_seconds`` and
-    ``baseline_seconds`` (the running plan's measured median) are what the
-    predicted gain was computed from."""
+    :class:`Committed` or :class:`CommitFailed`. ``predicted_seconds`` is the
+    iteration time expected of it, ``baseline_seconds`` the running plan's
+    measured median; their ratio is the predicted gain."""
     version: int
     predicted_seconds: float
     baseline_seconds: float
@@ -192,8 +200,8 @@ class RollBack(_Said):
 class Note(_Said):
     """A decision that changes nothing outside the policy, recorded with its
     reason: ``not-committed``, ``kept``, ``abandoned``, ``search-failed``,
-    ``commit-failed``, ``timeout``, ``committed``, ``cluster``, ``cleared``,
-    ``paused``, ``resumed``, ``ignored``."""
+    ``commit-failed``, ``timeout``, ``committed``, ``cluster``, ``drift``,
+    ``cleared``, ``paused``, ``resumed``, ``ignored``."""
     kind: str
     reason: str
 

@@ -72,7 +72,7 @@ class PlanState:
     decided_unix: float = 0.0
     ranks: dict[int, tuple[str, str]] = field(default_factory=dict)   # rank -> (state, reason)
     origin: str = ""                          # "search r3", "rollback to v2"; "" for a plan an operator submitted
-    predicted_seconds: float | None = None    # the search's predicted iteration time
+    predicted_seconds: float | None = None    # expected iteration time (the policy's, once it commits)
     measured_seconds: float | None = None     # median iteration time while it ran (after the warm-up)
     measured_iterations: int = 0
     dirty: bool = field(default=False, compare=False)                   # changed since last stored

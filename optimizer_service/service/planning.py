@@ -51,37 +51,47 @@ class SearchOutcome:
     planned_ops: int
     search_seconds: float
     channel_ratios: dict[int, float] = field(default_factory=dict)
+    running_seconds: float | None = None
 
     def to_dict(self) -> dict:
         return {"predicted_seconds": self.predicted_seconds, "fifo_seconds": self.fifo_seconds,
                 "measured_seconds": self.measured_seconds, "systems": dict(self.systems),
                 "comm_ops": self.comm_ops, "planned_ops": self.planned_ops, "search_seconds": self.search_seconds,
-                "channel_ratios": {str(c): r for c, r in self.channel_ratios.items()}}
+                "channel_ratios": {str(c): r for c, r in self.channel_ratios.items()},
+                "running_seconds": self.running_seconds}
 
 
 def search(traces: list[dict], topology_yaml: str, budget: float, seed: int,
            running_plan_json: str | None = None) -> SearchOutcome:
     """Plan the traced job on the topology (runs in the worker process); with
     the plan the traces ran, the topology's channels are first re-fitted to the
-    motif times measured (:mod:`optimizer_service.syndicate.refit`)."""
+    motif times measured (:mod:`optimizer_service.syndicate.refit`).
+    ``running_seconds`` is the model's time of the running plan priced the same
+    way (:mod:`optimizer_service.syndicate.plan_import`; FIFO's without one), or
+    None when the plan cannot be read back on this DAG."""
     from optimizer_service.hardware.topology import Topology
     from optimizer_service.plan import Plan
     from optimizer_service.syndicate.facade import plan_job
+    from optimizer_service.syndicate.plan_import import running_choice
     from optimizer_service.syndicate.refit import channel_ratios, refit
+    from optimizer_service.syndicate.scheduler import Policy
 
     started = time.perf_counter()
     topology = Topology.from_yaml(topology_yaml, source="the job's topology")
     ratios: dict[int, float] = {}
-    if running_plan_json:
-        running = Plan.parse(running_plan_json)
-        if running.world_size == topology.device_count:
-            ratios = channel_ratios(topology, running, traces)
-            topology = refit(topology, ratios)
+    running = Plan.parse(running_plan_json) if running_plan_json else None
+    if running is not None and running.ops and running.world_size == topology.device_count:
+        ratios = channel_ratios(topology, running, traces)
+        topology = refit(topology, ratios)
     found = plan_job(traces, topology, budget=budget, seed=seed, name="live")
     systems = {result.name: result.steady_seconds for result in found.results}
+    running_seconds: float | None = systems["FIFO"]
+    if running is not None and running.ops:
+        choice = running_choice(found.problem, running)
+        running_seconds = None if choice is None else found.problem.steady_seconds(choice, Policy.CRITICAL_PATH)
     return SearchOutcome(found.plan.to_json(), found.chosen.steady_seconds, systems["FIFO"],
                          found.measured_iteration_seconds, systems, len(found.problem.dag.comm_ops),
-                         len(found.plan.ops), time.perf_counter() - started, ratios)
+                         len(found.plan.ops), time.perf_counter() - started, ratios, running_seconds)
 
 
 def resolve_topology(value: str) -> str:

@@ -196,6 +196,9 @@ class JobLoop:
                     self._search[1].cancel()
                     self._search = None
             elif isinstance(action, Commit):
+                state = self.job.plans.get(action.version)
+                if state is not None:       # the policy's expectation (the model's ratio on the measured median)
+                    state.predicted_seconds, state.dirty = action.predicted_seconds, True
                 self._start(self._commit(action.version))
             elif isinstance(action, RollBack):
                 self._start(self._roll_back(action.to_version))
@@ -239,15 +242,17 @@ class JobLoop:
             if self._search is not None and self._search[0] == request:
                 self._search = None
         self.last_outcome = outcome
+        running_text = ("" if outcome.running_seconds is None
+                        else f"the running plan {outcome.running_seconds:.4f} s, ")
         refitted = ", ".join(f"channel {c} x{r:.2f}" for c, r in outcome.channel_ratios.items())
         reason = (f"search r{request}: {outcome.planned_ops} of {outcome.comm_ops} comm-ops planned in "
-                  f"{outcome.search_seconds:.1f} s; predicted {outcome.predicted_seconds:.4f} s per iteration "
-                  f"(FIFO {outcome.fifo_seconds:.4f} s){'; measured/predicted motif time: ' + refitted if refitted else ''}")
+                  f"{outcome.search_seconds:.1f} s; the model predicts {outcome.predicted_seconds:.4f} s per "
+                  f"iteration ({running_text}FIFO {outcome.fifo_seconds:.4f} s){'; measured/predicted motif time: ' + refitted if refitted else ''}")
         event = self.core.events.publish(self.job.job_id, "searched", state.version, reason)
         self.core.store_event(self.job.job_id, {"unix": event.unix, "kind": "searched", "version": state.version,
                                                 "reason": reason, "iteration": self.policy.last_index,
                                                 "phase": self.policy.phase, "search": outcome.to_dict()})
-        self._feed(SearchDone(request, state.version, outcome.predicted_seconds))
+        self._feed(SearchDone(request, state.version, outcome.predicted_seconds, outcome.running_seconds))
 
     async def _commit(self, version: int) -> None:
         try:

@@ -124,6 +124,22 @@ def test_the_gain_is_measured_against_the_median_not_one_noisy_iteration():
     assert notes(actions, "not-committed"), "a gain of exactly the threshold does not exceed it"
 
 
+def test_with_the_running_plan_priced_the_gain_is_the_model_s_ratio_on_the_measured_median():
+    # the model's times are 2.5x too low for this job, but alike for both plans
+    state, request = first_request()
+    state, actions = step(state, SearchDone(request.request, 3, 0.060, running_seconds=0.080), 0.0)
+    [commit] = actions
+    assert isinstance(commit, Commit) and commit.gain == pytest.approx(0.25)
+    assert commit.predicted_seconds == pytest.approx(PASSTHROUGH * 0.75)          # expected: 0.15 s, not 0.06 s
+    assert "prices v3 at 0.060 s and passthrough at 0.080 s" in commit.reason
+    state, _ = step(state, Committed(3, commit.predicted_seconds), 0.0)
+    assert state.predicted[3] == pytest.approx(0.15)
+    # a result the model finds only 3 % faster is not committed, however far under the median it lies
+    state, request = first_request()
+    state, actions = step(state, SearchDone(request.request, 4, 0.0776, running_seconds=0.080), 0.0)
+    assert "predicted gain 3.0 % is below the threshold" in notes(actions, "not-committed")[0].reason
+
+
 # ---------------------------------------------------------------- triggers and hysteresis
 @pytest.mark.parametrize("over, fires", [(0.149, False), (0.151, True)])
 def test_slow_trigger_needs_the_median_over_the_prediction_for_m_iterations(over, fires):
@@ -175,8 +191,8 @@ def test_hysteresis_a_fired_trigger_rearms_only_below_the_clear_level():
 
 
 def test_without_hysteresis_noise_at_the_trigger_level_asks_far_more_often():
-    def requests(clear):
-        config = PolicyConfig(slow_clear=clear)
+    def requests(clear):       # the drift trigger off: the 15 % step from v1's baseline is one (test below)
+        config = PolicyConfig(slow_clear=clear, drift_trigger=1.0)
         return noisy_run(config, center=PREDICTED * 1.15, iterations=5000, seed=1)[0]
     with_hysteresis, without = requests(0.10), requests(0.15)
     # without, only the backoff bounds it (one search per 240 iterations)
@@ -399,6 +415,41 @@ def test_the_best_plan_of_a_cluster_state_is_restored_when_the_state_returns():
     assert notes(actions, "kept") and state.best() == (4, PREDICTED)
     # and B's numbers were kept for B
     assert state.measured["B"] == {4: 0.25, 2: 0.2}
+
+
+@pytest.mark.parametrize("factor", [1.5, 0.6])
+def test_a_plan_drifting_from_its_baseline_is_a_cluster_change_nobody_reported(factor):
+    state = running_plan()                                 # v1 kept at 0.175 s: its baseline
+    assert state.baseline == PREDICTED
+    state, actions = feed(state, PREDICTED * factor, CFG.window // 2 + CFG.consecutive, version=1)
+    [drift] = notes(actions, "drift")
+    assert state.cluster == "A~d1" and state.baseline is None and not state.measured.get("A~d1")
+    assert f"{'over' if factor > 1 else 'under'} its 0.175 s baseline" in drift.reason and "A~d1" in drift.reason
+    state, actions = feed(state, PREDICTED * factor, CFG.warmup + CFG.min_samples, version=1)
+    [request] = of(actions, RequestPlan)
+    assert request.trigger == "cluster"
+
+
+def test_a_drift_below_the_trigger_or_a_stall_is_no_cluster_change():
+    state = running_plan()
+    state, actions = feed(state, PREDICTED * 1.15, 300, version=1)
+    state, more = feed(state, [PREDICTED] * 10 + [PREDICTED * 20] * 3 + [PREDICTED] * 100, version=1)
+    assert not notes(actions + more, "drift") and state.cluster == "A"
+
+
+def test_a_known_faster_plan_comes_back_only_after_a_streak_and_a_margin():
+    # the slow and drift triggers off: this is the restore rule alone (with them on, a plan this much slower
+    # than its own baseline is a cluster change first)
+    config = PolicyConfig(slow_trigger=1.0, slow_clear=1.0, drift_trigger=1.0)
+    state = running_plan(config=config)                      # v1 0.175 s, passthrough known at 0.2 s
+    # v1 at 0.21 s: passthrough's 0.2 s is under 10 % faster -> never restored
+    assert not of(feed(state, 0.21, 200, version=1)[1], RollBack)
+    # v1 at 0.23 s (passthrough 13 % faster): restored once the streak is long enough, not at the first median
+    state, actions = feed(state, 0.23, config.window // 2 + config.consecutive - 1, version=1)
+    assert not of(actions, RollBack)
+    state, actions = feed(state, 0.23, version=1)
+    [restore] = of(actions, RollBack)
+    assert restore.to_version == 0 and restore.cause == "restore"
 
 
 # ---------------------------------------------------------------- pause / resume

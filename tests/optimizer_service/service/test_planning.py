@@ -38,6 +38,14 @@ def test_a_traced_job_is_planned_in_the_worker_process():
     assert outcome.to_dict()["comm_ops"] == 2
 
 
+def test_the_running_plan_is_priced_alike_fifo_for_passthrough_and_the_plan_itself_when_it_runs():
+    topology = load_topology("hgx2-4n").to_yaml()
+    first = planning.search(traces(), topology, budget=0.5, seed=0)
+    assert first.running_seconds == first.fifo_seconds
+    again = planning.search(traces(), topology, budget=0.5, seed=0, running_plan_json=first.plan_json)
+    assert again.running_seconds == pytest.approx(first.predicted_seconds)     # same traces, same model
+    assert again.to_dict()["running_seconds"] == again.running_seconds
+
 def test_a_bad_topology_or_trace_is_one_line():
     planner = Planner()
     try:
