@@ -201,12 +201,16 @@ class Tracer:
         return b""
 
     def to_dict(self) -> dict:
+        # Waits and motifs are appended without the lock (see motif): list() copies a
+        # deque in one call that runs no Python code, so no append lands mid-copy;
+        # iterating the deque itself while converting each record did (RuntimeError).
+        waits, motifs = list(self._waits), list(self._motifs)
         with self._lock:
             ops = [asdict(r) for r in self._ops]
-            waits = [asdict(w) for w in self._waits]
-            motifs = [asdict(m) for m in self._motifs]
             dropped = self._dropped
             steps = self.steps
+        waits = [asdict(w) for w in waits]
+        motifs = [asdict(m) for m in motifs]
         boundaries = "step"
         if steps == 0:
             boundaries = _assign_detected_iterations(ops)

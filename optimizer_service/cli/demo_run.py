@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from deploy.emulated import (
     can_manage_namespaces,
@@ -73,17 +74,22 @@ class DemoConfig:
 
 @dataclass
 class Progress:
-    """What the run saw as it went: rank 0's steps (and when), the change, the output's tail."""
+    """What the run saw as it went: rank 0's steps (and when), the change, the output's tail
+    (all of it goes to ``log``, the work folder's ranks.log, when given)."""
 
     steps: list[tuple[int, float]] = field(default_factory=list)
     tail: list[str] = field(default_factory=list)
     change_step: int | None = None
     change_unix: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    log: TextIO | None = None
 
     def write(self, text: str) -> int:        # run_ranks writes rank output here, line by line
         now = time.time()
         with self.lock:
+            if self.log is not None:
+                self.log.write(text)
+                self.log.flush()
             for line in text.splitlines():
                 match = STEP_LINE.match(line.strip())
                 if match:
@@ -103,7 +109,7 @@ class DemoRun:
     def __init__(self, config: DemoConfig, work: Path, say: Callable[[str], None]) -> None:
         self.config, self.work, self.say = config, work, say
         self.shaped = can_manage_namespaces() and not config.loopback
-        self.progress = Progress()
+        self.progress = Progress(log=(work / "ranks.log").open("w"))
         self.events: list[dict] = []
         self.info = None
         self.service: subprocess.Popen | None = None
@@ -221,9 +227,16 @@ class DemoRun:
         with self.progress.lock:
             recent = [t for s, t in self.progress.steps[-11:]]
         per_step = (recent[-1] - recent[0]) / (len(recent) - 1) if len(recent) > 1 else float("nan")
-        commits = [e for e in self.events if e["kind"] == "committed" or e["kind"] == "commit"]
-        version = max((e["version"] for e in commits), default=0)
-        return f"step {step:4d}  {per_step * 1e3:7.1f} ms/step  last plan committed: v{version}"
+        running, asked = 0, None
+        for event in self.events:          # a commit or rollback names the plan; "committed" says it went in
+            if event["kind"] in ("commit", "rollback"):
+                asked = event["version"]
+            elif event["kind"] == "committed" and asked is not None:
+                running, asked = asked, None
+            elif event["kind"] == "commit-failed":
+                asked = None
+        plan = f"v{running}" if running else "passthrough"
+        return f"step {step:4d}  {per_step * 1e3:7.1f} ms/step  plan committed last: {plan}"
 
     def _maybe_change(self, step: int) -> None:
         """Slow the second NIC once the first plan was judged and ran CHANGE_AFTER more steps (or at 55 %)."""

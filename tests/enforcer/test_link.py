@@ -226,6 +226,32 @@ def test_a_trace_window_holds_the_last_finished_iterations_and_fits_its_bound():
     assert tracer.window(1, 10) == b""
 
 
+
+def test_a_trace_window_is_taken_while_channel_workers_record_motifs_and_waits():
+    """Motifs and waits are recorded without the tracer's lock (a worker never waits behind an
+    export): the window copies them first. Taking it while they were appended raised "deque
+    mutated during iteration" on the link thread, and the rank lost its stream (p2 demo)."""
+    tracer = Tracer(0, 1, limit=5_000)
+    for _ in range(3):
+        record = tracer.issue("all_reduce", "float32", 100, (0,), "0")
+        tracer.complete(record)
+        tracer.step()
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            tracer.motif(record, 0, 0, 0.0, tracer.now(), 0.001)
+            tracer.wait(0, 0.0)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        for _ in range(20):
+            assert json.loads(tracer.window(0, 1 << 26))["motifs"]
+    finally:
+        stop.set()
+        thread.join()
+
 @pytest.mark.skipif(not have_openssl(), reason=MISSING)
 def test_mutual_tls(tmp_path):
     certs = make_certificates(tmp_path)
