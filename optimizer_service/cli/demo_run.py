@@ -52,7 +52,9 @@ SWITCH_EVERY = 4
 #: A demo-length policy: the defaults' shape (optimizer_service/control/policy.py), shorter windows.
 POLICY = ("first_plan_after=20", "warmup=5", "window=15", "min_samples=8", "evaluate=12", "consecutive=8",
           "cooldown=20")
-CHANGE_AFTER = 15           # steps the judged first plan runs before the NIC is slowed
+#: Steps the judged first plan runs before the NIC is slowed: past the policy's baseline for it
+#: (its median over the second window after warm-up), so the service can see the change against it.
+CHANGE_AFTER = 20
 STEP_LINE = re.compile(r"^\[r0\] step (\d+) loss (\S+)$")
 
 

@@ -50,12 +50,20 @@ Defaults (:class:`PolicyConfig`, in :mod:`.policy_events`), and why:
   in a row that changed nothing (not committed, failed, rolled back) the
   cooldown is ``cooldown * min(2**k, 8)``: no tight retry loop, and noise near
   a threshold costs at most one search per 240 iterations.
-* ``drift_trigger=0.20``: a running plan's *baseline* is its first median over
-  a full ``window``; a median more than 20 % away from it for ``consecutive``
-  iterations means the cluster changed under the job (a NIC throttled, a
-  neighbour's traffic) — larger than the 5–15 % that medians of one plan moved
-  between windows on the 2-core emulated cluster, small against a channel
-  losing most of its bandwidth.
+* ``drift_trigger=0.20``: a running plan's *baseline* is its median over the
+  second full ``window`` after the warm-up (the first is the trial's, and on
+  the 2-core emulated cluster a new plan was still settling then); a median
+  more than 20 % away from it for ``consecutive`` iterations means the cluster
+  changed under the job (a NIC throttled, a neighbour's traffic) — larger than
+  the 5–15 % that medians of one plan moved between windows there.
+* ``channel_drift=0.50``: the same per channel, on the motif seconds the ranks
+  report per channel, relative to channel 0's: a channel whose motifs take
+  1.5× (or 1/1.5×) their baseline time *against channel 0's* changed. Measured
+  relative to channel 0 because CPU contention slows every channel alike (and
+  is no reason to move traffic); a slowed NIC shows there long before it shows
+  in the iteration time (on the emulated cluster, a NIC slowed 4× made its
+  motifs about 1.6× slower against the other's and the iteration not
+  measurably slower: the plan's motifs on it were mostly hidden behind compute).
 * ``restore_gain=0.10``: a known plan is re-installed only when it measured
   10 % faster than the running one's median for ``consecutive`` iterations in
   a row (twice ``min_gain``: a restore compares medians taken at different
@@ -194,7 +202,10 @@ class Policy:
     slow_latched: bool = False
     wait_latched: bool = False
     baseline: float | None = None
+    channel_window: tuple[tuple[tuple[int, float], ...], ...] = ()
+    channel_baseline: tuple[tuple[int, float], ...] = ()
     drift_streak: int = 0
+    channel_streak: int = 0
     drifts: int = 0
     restore_streak: int = 0
     cooldown_until: int = 0
@@ -233,6 +244,23 @@ class Policy:
         known = self.measured.get(self.cluster, {})
         return min(known.items(), key=lambda item: (item[1], -item[0])) if known else None
 
+    def channel_medians(self) -> dict[int, float]:
+        """Per channel, the running plan's median motif seconds per iteration (``min_samples`` needed)."""
+        values: dict[int, list[float]] = {}
+        for channels in self.channel_window:
+            for channel, seconds in channels:
+                values.setdefault(channel, []).append(seconds)
+        return {c: statistics.median(v) for c, v in sorted(values.items()) if len(v) >= self.config.min_samples}
+
+    def channel_shift(self) -> tuple[int, float] | None:
+        """The channel whose motif time moved most against channel 0's since the
+        baseline, with that relative factor (>1: it got slower than channel 0 did)."""
+        base, now = dict(self.channel_baseline), self.channel_medians()
+        if not (base.get(0) and now.get(0)):
+            return None
+        shifts = [(c, (now[c] / base[c]) / (now[0] / base[0])) for c in now if c > 0 and base.get(c) and now[c] > 0]
+        return max(shifts, key=lambda item: abs(math.log(item[1])), default=None)
+
     def best_other(self) -> tuple[int, float] | None:
         """The fastest known plan of the current cluster state other than the running one."""
         known = {v: s for v, s in self.measured.get(self.cluster, {}).items() if v != self.running}
@@ -245,8 +273,9 @@ class Policy:
                 "median_seconds": self.median_seconds(), "median_wait_fraction": self.median_wait(),
                 "predicted_seconds": self.predicted.get(self.running), "due": self.due,
                 "baseline_seconds": self.baseline,
+                "channel_baseline_seconds": {str(c): s for c, s in self.channel_baseline},
                 "streaks": {"slow": self.slow_streak, "waits": self.wait_streak, "drift": self.drift_streak,
-                            "restore": self.restore_streak},
+                            "channel": self.channel_streak, "restore": self.restore_streak},
                 "latched": {"slow": self.slow_latched, "waits": self.wait_latched}, "fruitless": self.fruitless,
                 "pending": None if self.pending is None else asdict(self.pending),
                 "trial": None if self.trial is None else asdict(self.trial),
@@ -303,7 +332,7 @@ def _fresh(state: Policy) -> Policy:
     stay: a plan re-installed by a rollback must not re-open the search that found
     the plan it replaced; they clear when the condition does."""
     return replace(state, since_switch=0, window=(), slow_streak=0, wait_streak=0, baseline=None, drift_streak=0,
-                   restore_streak=0)
+                   restore_streak=0, channel_window=(), channel_baseline=(), channel_streak=0)
 
 
 def _timeouts(state: Policy, now: float) -> tuple[Policy, list[Action]]:
@@ -357,22 +386,34 @@ def _watch(state: Policy) -> tuple[Policy, list[Action]]:
         drift = state.baseline is not None and abs(median / state.baseline - 1) > cfg.drift_trigger
         best = state.best_other()
         better = best is not None and best[1] < median * (1 - cfg.restore_gain)
+        shift = state.channel_shift()
+        moved = shift is not None and abs(math.log(shift[1])) > math.log(1 + cfg.channel_drift)
         state = replace(state, drift_streak=state.drift_streak + 1 if drift else 0,
+                        channel_streak=state.channel_streak + 1 if moved else 0,
                         restore_streak=state.restore_streak + 1 if better else 0)
     return state, actions
 
 
 def _drift(state: Policy) -> tuple[Policy, list[Action]]:
-    """The running plan's median left its baseline by more than ``drift_trigger``
-    for ``consecutive`` iterations: the cluster changed under it, though nobody
-    said so. It becomes a new cluster state, derived from the last one."""
+    """The running plan's median left its baseline by more than ``drift_trigger``,
+    or one channel's motif time moved against channel 0's by more than
+    ``channel_drift``, for ``consecutive`` iterations: the cluster changed under
+    it, though nobody said so. It becomes a new cluster state, derived from the last one."""
     median, baseline, cfg = state.median_seconds(), state.baseline, state.config
     assert median is not None and baseline is not None
     drifts = state.drifts + 1
     cluster = f"{state.cluster.split('~')[0]}~d{drifts}"
-    what = (f"{_name(state.running)} measures {median:.3f} s, {_pct(abs(median / baseline - 1))} "
-            f"{'over' if median > baseline else 'under'} its {baseline:.3f} s baseline for {state.drift_streak} "
-            f"iterations (more than {_pct(cfg.drift_trigger)})")
+    shift = state.channel_shift()
+    if state.channel_streak >= cfg.consecutive and shift is not None:
+        channel, factor = shift
+        what = (f"the motifs of {_name(state.running)} on channel {channel} take {factor:.2f}x their baseline "
+                f"time relative to channel 0's for {state.channel_streak} iterations (beyond "
+                f"{1 + cfg.channel_drift:.2f}x either way; the iteration measures {median:.3f} s, baseline "
+                f"{baseline:.3f} s)")
+    else:
+        what = (f"{_name(state.running)} measures {median:.3f} s, {_pct(abs(median / baseline - 1))} "
+                f"{'over' if median > baseline else 'under'} its {baseline:.3f} s baseline for {state.drift_streak} "
+                f"iterations (more than {_pct(cfg.drift_trigger)})")
     state, actions = _changed(replace(state, drifts=drifts), cluster, f"{what}: the cluster changed under the "
                               f"job; taken as a new cluster state {cluster}")
     return state, [Note("drift", actions[-1].reason), *actions[:-1]]
@@ -453,18 +494,21 @@ def _on_iteration(state: Policy, event: Iteration, now: float) -> tuple[Policy, 
         state = replace(_fresh(state), running=event.running_version)
     since = state.since_switch + 1
     window = state.window
+    channel_window = state.channel_window
     if since > cfg.warmup:
         window = (window + ((seconds, min(max(wait, 0.0) / seconds, 1.0)),))[-cfg.window:]
+        channels = tuple((c, s) for c, s in event.channel_seconds if math.isfinite(s) and s >= 0)
+        channel_window = (channel_window + (channels,))[-cfg.window:]
     state = replace(state, count=state.count + 1, last_index=event.index, since_switch=since, window=window,
-                    passthrough=state.passthrough + (event.running_version == 0))
+                    channel_window=channel_window, passthrough=state.passthrough + (event.running_version == 0))
     median = state.median_seconds()
     if median is not None:
         known = {**state.measured.get(state.cluster, {}), state.running: median}
         state = replace(state, measured={**state.measured, state.cluster: known})
-        if state.baseline is None and len(window) >= cfg.window:
-            state = replace(state, baseline=median)
+        if state.baseline is None and since >= cfg.warmup + 2 * cfg.window:
+            state = replace(state, baseline=median, channel_baseline=tuple(state.channel_medians().items()))
     state, actions = _watch(state)
-    if state.drift_streak >= cfg.consecutive:
+    if state.drift_streak >= cfg.consecutive or state.channel_streak >= cfg.consecutive:
         state, more = _drift(state)
         return state, actions + more
     if state.trial is not None:

@@ -37,6 +37,7 @@ class PolicyConfig:
     rollback_margin: float = 0.03
     restore_gain: float = 0.10
     drift_trigger: float = 0.20
+    channel_drift: float = 0.50
     switch_within: int = 200
     pending_timeout: float = 600.0
 
@@ -52,9 +53,9 @@ class PolicyConfig:
             problems.append("0 <= slow_clear <= slow_trigger and 0 <= wait_clear <= wait_trigger")
         if not (0 <= self.min_gain < 1 and self.rollback_margin >= 0):
             problems.append(f"0 <= min_gain < 1 and rollback_margin >= 0 (got {self.min_gain}, {self.rollback_margin})")
-        if not (self.min_gain <= self.restore_gain < 1 and 0 < self.drift_trigger):
-            problems.append(f"min_gain <= restore_gain < 1 and drift_trigger > 0 (got {self.restore_gain}, "
-                            f"{self.drift_trigger})")
+        if not (self.min_gain <= self.restore_gain < 1 and 0 < self.drift_trigger and 0 < self.channel_drift):
+            problems.append(f"min_gain <= restore_gain < 1, drift_trigger > 0 and channel_drift > 0 (got "
+                            f"{self.restore_gain}, {self.drift_trigger}, {self.channel_drift})")
         if min(self.consecutive, self.cooldown, self.max_backoff, self.switch_within) < 1 or self.pending_timeout <= 0:
             problems.append("consecutive, cooldown, max_backoff, switch_within >= 1 and pending_timeout > 0")
         if problems:
@@ -66,11 +67,14 @@ class PolicyConfig:
 class Iteration:
     """One completed training iteration of the job, in order: its index, its
     duration and the dispatcher waits in it (seconds), and the plan version the
-    ranks ran (0: passthrough, no plan)."""
+    ranks ran (0: passthrough, no plan); ``channel_seconds``: ``(channel,
+    seconds)`` pairs, the time the ranks' motifs took on each channel (mean over
+    ranks; none in passthrough)."""
     index: int
     seconds: float
     wait_seconds: float = 0.0
     running_version: int = 0
+    channel_seconds: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)

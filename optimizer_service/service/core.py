@@ -359,9 +359,12 @@ class ServiceCore:
             window.wait_sum += telemetry.wait_seconds
             window.max_iteration = max(window.max_iteration, telemetry.iteration)
             if self.replanner is not None:
+                channels: dict[int, float] = {}
+                for motif in telemetry.motifs:
+                    channels[motif.channel] = channels.get(motif.channel, 0.0) + motif.duration_seconds
                 self.replanner.loop(self, job).telemetry(session.rank, telemetry.iteration,
                                                          telemetry.duration_seconds, telemetry.wait_seconds,
-                                                         telemetry.running_version)
+                                                         telemetry.running_version, channels)
             if telemetry.iteration > job.coordinator.iteration:
                 async with job.lock:
                     await self._step(job, Progress(session.rank, telemetry.iteration))

@@ -97,6 +97,7 @@ class _Gather:
     waits: list[float] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)
     ranks: set[int] = field(default_factory=set)
+    channels: dict[int, list[float]] = field(default_factory=dict)
 
 
 class JobLoop:
@@ -133,7 +134,9 @@ class JobLoop:
         self._resolve_topology()
         self._feed(ClusterChanged(cluster_key(self.topology_yaml)))
 
-    def telemetry(self, rank: int, iteration: int, seconds: float, wait: float, version: int) -> None:
+    def telemetry(self, rank: int, iteration: int, seconds: float, wait: float, version: int,
+                  channels: dict[int, float] | None = None) -> None:
+        """One rank's telemetry of ``iteration`` (``channels``: its motif seconds per channel)."""
         if iteration <= self._fed_up_to:
             return
         gather = self._pending.setdefault(iteration, _Gather())
@@ -143,6 +146,8 @@ class JobLoop:
         gather.seconds.append(seconds)
         gather.waits.append(wait)
         gather.versions.append(version)
+        for channel, motif_seconds in (channels or {}).items():
+            gather.channels.setdefault(channel, []).append(motif_seconds)
         self._highest_seen = max(self._highest_seen, iteration)
         while self._pending:
             first = min(self._pending)
@@ -152,8 +157,9 @@ class JobLoop:
             del self._pending[first]
             self._fed_up_to = first
             version = max(set(gather.versions), key=gather.versions.count)
+            channel_seconds = tuple((c, statistics.fmean(values)) for c, values in sorted(gather.channels.items()))
             self._iteration(Iteration(first, statistics.fmean(gather.seconds), statistics.fmean(gather.waits),
-                                      version))
+                                      version, channel_seconds))
 
     def _iteration(self, event: Iteration) -> None:
         running = self.policy.running

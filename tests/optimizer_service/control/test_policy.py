@@ -419,7 +419,9 @@ def test_the_best_plan_of_a_cluster_state_is_restored_when_the_state_returns():
 
 @pytest.mark.parametrize("factor", [1.5, 0.6])
 def test_a_plan_drifting_from_its_baseline_is_a_cluster_change_nobody_reported(factor):
-    state = running_plan()                                 # v1 kept at 0.175 s: its baseline
+    state = running_plan()                                 # v1 kept at 0.175 s after its trial's window
+    assert state.baseline is None                          # the baseline is the second window's median
+    state, _ = feed(state, PREDICTED, CFG.window, version=1)
     assert state.baseline == PREDICTED
     state, actions = feed(state, PREDICTED * factor, CFG.window // 2 + CFG.consecutive, version=1)
     [drift] = notes(actions, "drift")
@@ -428,6 +430,32 @@ def test_a_plan_drifting_from_its_baseline_is_a_cluster_change_nobody_reported(f
     state, actions = feed(state, PREDICTED * factor, CFG.warmup + CFG.min_samples, version=1)
     [request] = of(actions, RequestPlan)
     assert request.trigger == "cluster"
+
+
+def channel_run(state, seconds, n, ch0, ch1):
+    """``n`` iterations of v1 whose motifs took ``ch0`` and ``ch1`` seconds on channels 0 and 1."""
+    actions = []
+    for _ in range(n):
+        index = state.last_index + 1
+        state, more = step(state, Iteration(index, seconds, 0.0, 1, ((0, ch0), (1, ch1))), 0.0)
+        actions += more
+    return state, actions
+
+
+def test_a_channel_slowed_against_channel_0_is_a_cluster_change_the_iteration_time_hides():
+    state = running_plan()
+    state, _ = channel_run(state, PREDICTED, CFG.window, 0.02, 0.03)
+    assert dict(state.channel_baseline) == {0: 0.02, 1: 0.03}
+    # contention slows both channels alike (x2): no change
+    state, actions = channel_run(state, PREDICTED, 100, 0.04, 0.06)
+    assert not notes(actions, "drift") and state.channel_shift() == (1, pytest.approx(1.0))
+    # channel 1's motifs take 1.6x longer against channel 0's, the iteration time does not move
+    state, actions = channel_run(state, PREDICTED, CFG.window // 2 + CFG.consecutive, 0.04, 0.096)
+    [drift] = notes(actions, "drift")
+    assert "on channel 1 take 1.60x their baseline time relative to channel 0's" in drift.reason
+    assert state.cluster == "A~d1"
+    state, actions = channel_run(state, PREDICTED, CFG.warmup + CFG.min_samples, 0.04, 0.096)
+    assert [r.trigger for r in of(actions, RequestPlan)] == ["cluster"]
 
 
 def test_a_drift_below_the_trigger_or_a_stall_is_no_cluster_change():

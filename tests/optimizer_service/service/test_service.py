@@ -14,10 +14,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from optimizer_service.control.coordinator import Timing
+from optimizer_service.control.policy import PolicyConfig
 from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_to_proto
 from optimizer_service.service.auth import bearer
+from optimizer_service.service.replanning import ReplanConfig
 from optimizer_service.service.server import Service, ServiceConfig
+from p2.v1 import enforcer_link_pb2 as link
 from p2.v1 import optimizer_pb2 as api
 from p2.v1 import optimizer_pb2_grpc, plan_pb2
 from tests.support.participants import SimRank, run_rank
@@ -212,3 +215,27 @@ def test_tokens_health_and_reflection(tmp_path):
             names |= {s.name for s in reply.list_services_response.service}
         assert {"p2.v1.Optimizer", "p2.v1.EnforcerLink", "grpc.health.v1.Health"} <= names
     run(scenario, config(tmp_path, token="s3cret"))
+
+
+def test_telemetry_with_motif_timings_reaches_the_replanning_policy_per_channel(tmp_path):
+    """Each iteration's motif seconds are summed per channel, averaged over the ranks, and fed to
+    the job's policy (its channel-drift check); the ranks' streams stay open."""
+    policy = PolicyConfig(first_plan_after=1000, warmup=0, window=20, min_samples=2, evaluate=20)
+
+    async def scenario(h: Harness):
+        ranks = await h.join("job-t", 2)
+        for iteration in range(1, 4):
+            for sim in ranks:
+                motifs = [link.MotifTiming(op_seq=0, order=k, channel=k % 2, duration_seconds=0.01 * (sim.rank + 1))
+                          for k in range(3)]          # channel 0 twice, channel 1 once
+                sim.send(link.RankMessage(telemetry=link.Telemetry(
+                    job_id="job-t", iteration=iteration, duration_seconds=0.1, motifs=motifs)))
+        loop = h.service.core.replanner.loops["job-t"]
+        await h.until(lambda: len(loop.policy.channel_window) >= 2)
+        assert all(sim.error is None for sim in ranks)
+        return loop.policy.channel_window[0], loop.policy.channel_medians()
+
+    first, medians = run(scenario, config(tmp_path, replan=ReplanConfig(policy=policy, topology="hgx2-4n")))
+    assert first == ((0, pytest.approx(0.03)), (1, pytest.approx(0.015)))     # mean over ranks of 0.02/0.04, 0.01/0.02
+    assert medians == {0: pytest.approx(0.03), 1: pytest.approx(0.015)}
+
