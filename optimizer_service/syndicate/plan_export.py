@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from optimizer_service.plan.collective import Collective
-from optimizer_service.plan.motif import Motif, motifs_of, rewrite
+from optimizer_service.plan.motif import Composition, Motif, motifs_of, rewrite
 from optimizer_service.plan.op_plan import KINDS, OpKey, OpPlan
 from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.baselines import SystemResult
@@ -39,6 +39,25 @@ def buffer_bytes(op: Motif) -> int:
     return op.elements * (len(op.ranks) if op.kind is Collective.ALL_TO_ALL else 1) * ELEMENT_BYTES
 
 
+def op_keys(problem: Problem) -> list[OpKey]:
+    """Per comm-op slot of ``problem``, the key a plan gives its op: its position
+    among its group's ops in the iteration, its kind, its buffer and its group."""
+    group_seq: dict[tuple[int, ...], int] = {}
+    keys = []
+    for node_index in problem.comm_nodes:
+        op = problem.dag.nodes[node_index].comm
+        seq = group_seq.get(op.ranks, 0)
+        group_seq[op.ranks] = seq + 1
+        keys.append(OpKey(seq, op.kind.name.lower(), buffer_bytes(op), op.ranks))   # ALL_REDUCE -> "all_reduce"
+    return keys
+
+
+def in_group(plan: Composition, group: tuple[int, ...]) -> Composition:
+    """``plan`` (motifs over global ranks) with its ranks as positions in ``group``, as a plan gives them."""
+    position = {rank: k for k, rank in enumerate(group)}
+    return rewrite(plan, lambda m: _positions(m, position))
+
+
 def export_plan(problem: Problem, result: SystemResult, version: int = 1) -> Plan:
     """``result``'s choice and schedule as the plan the enforcer installs (module docstring)."""
     evaluation = result.evaluation
@@ -50,24 +69,19 @@ def export_plan(problem: Problem, result: SystemResult, version: int = 1) -> Pla
     tasks_of: dict[int, list[int]] = {}
     for i in sorted(mine):
         tasks_of.setdefault(evaluation.task_node[i], []).append(i)
-    group_seq: dict[tuple[int, ...], int] = {}
     ops = []
-    for slot, node_index in enumerate(problem.comm_nodes):
-        op = problem.dag.nodes[node_index].comm
-        seq = group_seq.get(op.ranks, 0)
-        group_seq[op.ranks] = seq + 1
-        kind = op.kind.name.lower()          # Collective.ALL_REDUCE -> "all_reduce"
-        if kind not in KINDS or problem.dag.nodes[node_index].element_bytes != ELEMENT_BYTES:
+    for slot, (node_index, key) in enumerate(zip(problem.comm_nodes, op_keys(problem))):
+        if key.kind not in KINDS or problem.dag.nodes[node_index].element_bytes != ELEMENT_BYTES:
             continue        # an op of 8- or 2-byte elements: the option's 4-byte ranges do not fit its buffer
         option = problem.options[slot][result.choice[slot]]
-        position = {rank: k for k, rank in enumerate(op.ranks)}
-        local = rewrite(option.plan, lambda m: _positions(m, position))
+        local = in_group(option.plan, key.group)
+        position = {rank: k for k, rank in enumerate(key.group)}
         number_of: dict[Motif, int] = {}
         for task in tasks_of.get(last * per_iteration + node_index, []):
             for motif in evaluation.task_motifs[task]:
                 number_of[_positions(motif, position)] = dense[mine[task]]
         order = [number_of[m] for m in motifs_of(local)]
-        ops.append(OpPlan.of(OpKey(seq, kind, buffer_bytes(op), op.ranks), local, order=order))
+        ops.append(OpPlan.of(key, local, order=order))
     channels = {c: None for c in problem.cost.topology.channels}
     return Plan(version=version, world_size=problem.cost.topology.device_count, channels=channels, ops=tuple(ops),
                 topology=problem.cost.topology.name, predicted_iteration_seconds=evaluation.seconds)

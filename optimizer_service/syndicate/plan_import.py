@@ -17,11 +17,9 @@ with :data:`Policy.CRITICAL_PATH` recomputes it.
 
 from __future__ import annotations
 
-from optimizer_service.plan.motif import rewrite
-from optimizer_service.plan.op_plan import OpKey
 from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.baselines import library_default
-from optimizer_service.syndicate.plan_export import _positions, buffer_bytes
+from optimizer_service.syndicate.plan_export import in_group, op_keys
 from optimizer_service.syndicate.problem import Problem
 
 
@@ -31,20 +29,13 @@ def running_choice(problem: Problem, plan: Plan) -> list[int] | None:
     DAG or topology: it cannot be priced here)."""
     fallback = problem.greedy(library_default)
     planned = {op.key: op for op in plan.ops}
-    group_seq: dict[tuple[int, ...], int] = {}
     choice = []
-    for slot, node_index in enumerate(problem.comm_nodes):
-        op = problem.dag.nodes[node_index].comm
-        seq = group_seq.get(op.ranks, 0)
-        group_seq[op.ranks] = seq + 1
-        key = OpKey(seq, op.kind.name.lower(), buffer_bytes(op), op.ranks)
+    for slot, key in enumerate(op_keys(problem)):
         found = planned.get(key)
         if found is None:
             choice.append(fallback[slot])
             continue
-        position = {rank: k for k, rank in enumerate(op.ranks)}
-        matches = [k for k, option in enumerate(problem.options[slot])
-                   if rewrite(option.plan, lambda m: _positions(m, position)) == found.plan]
+        matches = [k for k, option in enumerate(problem.options[slot]) if in_group(option.plan, key.group) == found.plan]
         if not matches:
             return None
         choice.append(matches[0])
