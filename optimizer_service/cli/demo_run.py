@@ -139,6 +139,7 @@ class DemoRun:
         finally:
             self._stop_service()
             destroy_cluster(config.name)
+            self.progress.log.close()
         return result
 
     def _start_service(self) -> None:

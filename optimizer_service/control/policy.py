@@ -239,9 +239,10 @@ class Policy:
             return None
         return statistics.median(wait for _, wait in self.window)
 
-    def best(self) -> tuple[int, float] | None:
-        """The plan with the lowest known median in the current cluster state, with that median."""
-        known = self.measured.get(self.cluster, {})
+    def best(self, excluding: int | None = None) -> tuple[int, float] | None:
+        """The plan with the lowest known median in the current cluster state (other
+        than version ``excluding``), with that median."""
+        known = {v: s for v, s in self.measured.get(self.cluster, {}).items() if v != excluding}
         return min(known.items(), key=lambda item: (item[1], -item[0])) if known else None
 
     def channel_medians(self) -> dict[int, float]:
@@ -260,11 +261,6 @@ class Policy:
             return None
         shifts = [(c, (now[c] / base[c]) / (now[0] / base[0])) for c in now if c > 0 and base.get(c) and now[c] > 0]
         return max(shifts, key=lambda item: abs(math.log(item[1])), default=None)
-
-    def best_other(self) -> tuple[int, float] | None:
-        """The fastest known plan of the current cluster state other than the running one."""
-        known = {v: s for v, s in self.measured.get(self.cluster, {}).items() if v != self.running}
-        return min(known.items(), key=lambda item: (item[1], -item[0])) if known else None
 
     def to_dict(self) -> dict:
         """A JSON-ready summary for the dashboard and the store."""
@@ -384,7 +380,7 @@ def _watch(state: Policy) -> tuple[Policy, list[Action]]:
         state = replace(state, wait_latched=latched, wait_streak=streak)
     if median is not None:
         drift = state.baseline is not None and abs(median / state.baseline - 1) > cfg.drift_trigger
-        best = state.best_other()
+        best = state.best(excluding=state.running)
         better = best is not None and best[1] < median * (1 - cfg.restore_gain)
         shift = state.channel_shift()
         moved = shift is not None and abs(math.log(shift[1])) > math.log(1 + cfg.channel_drift)
@@ -467,7 +463,7 @@ def _decide(state: Policy, now: float) -> tuple[Policy, list[Action]]:
     median = state.median_seconds()
     if state.paused or state.count < state.cooldown_until or median is None:
         return state, []
-    best = state.best_other()
+    best = state.best(excluding=state.running)
     better = best is not None and best[1] < median * (1 - state.config.restore_gain)
     if best is not None and better and (state.due or state.restore_streak >= state.config.consecutive):
         version, seconds = best
