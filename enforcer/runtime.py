@@ -58,7 +58,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from enforcer import dispatch, inner, p2p
+from enforcer import dispatch, inner, p2p, state
 from enforcer.buffers import BUFFERS, OpBuffer
 from optimizer_service.plan import PLAN_KIND, Collective, Motif, OpPlan, Plan, PlanError
 from optimizer_service.plan.trace import OpRecord
@@ -89,6 +89,17 @@ def install(group, plan: Plan | str | Path) -> None:
     group.replace_runtime(runtime)
     log.info("p2enforcer: plan version %d installed on group %s (%d ops, channels %s)", plan.version,
              list(group.ranks), len(runtime.ops), sorted(runtime.comms_by_channel))
+
+
+def channel_interface(plan: Plan, channel: int, nics: tuple[str, ...]) -> str | None:
+    """The network interface ``channel``'s backends are bound to: the one the plan
+    names, else this node's NIC for the channel (``P2_CHANNEL_IFNAMES``, one per
+    channel: the node knows its NICs, a plan made for the whole cluster does not),
+    else None (the inner backend's default, which honours ``GLOO_SOCKET_IFNAME``)."""
+    named = plan.channels.get(channel)
+    if named:
+        return named
+    return nics[channel] if channel < len(nics) else None
 
 
 @dataclass
@@ -213,8 +224,9 @@ class PlanRuntime:
                     wanted[motif.channel].add(members)
         comms: dict[int, dict[tuple[int, ...], p2p.BackendPeers]] = {c: {} for c in wanted}
         name = self.inner_name()
+        nics = state.settings().channel_ifnames
         for channel in sorted(wanted):
-            interface = self.plan.channels.get(channel)
+            interface = channel_interface(self.plan, channel, nics)
             for members in sorted(wanted[channel]):
                 if global_rank not in members:
                     continue

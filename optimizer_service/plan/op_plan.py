@@ -16,6 +16,10 @@ document, its parser, and the checks that make a plan safe to install::
               "plan": "(ReduceScatter(0,1,...)[0:128]... -> AllGather(0,1,...)[0:128]...)",
               "order": [5, 6]}]}
 
+**Channels** map a channel id to the network interface its motifs use;
+``null`` leaves the choice to each node (the enforcer takes the node's NIC for
+the channel from ``P2_CHANNEL_IFNAMES``, else the inner backend's default).
+
 **Ops.** An op is keyed by ``(seq, kind, bytes, group)`` (:class:`OpKey`):
 ``seq`` is its 0-based position among the ops of its process group in the
 iteration, ``group`` the group's global ranks in group-rank order, ``bytes``
