@@ -24,6 +24,7 @@ from deploy.emulated.lifecycle import (
     cluster_statuses,
     create_cluster,
     destroy_cluster,
+    nic_drops,
     set_channel_rate,
 )
 from deploy.emulated.names import DEFAULT_NAME
@@ -41,6 +42,7 @@ __all__ = [
     "create_cluster",
     "destroy_cluster",
     "load_cluster",
+    "nic_drops",
     "rank_environment",
     "run_ranks",
     "set_channel_rate",

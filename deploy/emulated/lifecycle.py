@@ -189,6 +189,21 @@ def set_channel_rate(info: ClusterInfo, channel: int, rate: float) -> netns.TbfS
     return shape
 
 
+def nic_drops(info: ClusterInfo) -> dict[int, int]:
+    """Per channel: packets the NICs' ``tbf`` queues dropped so far, both
+    directions, every node (0 for a loopback-only cluster)."""
+    drops = {channel: 0 for channel in range(len(info.tbf))}
+    if not info.shaped:
+        return drops
+    bridge = netns.qdisc_drops(info.bridge_namespace)
+    for node in range(info.nodes):
+        own = netns.qdisc_drops(info.node_namespaces[node])
+        for channel in drops:
+            nic = info.nic(node, channel)
+            drops[channel] += own.get(nic.ifname, 0) + bridge.get(nic.bridge_ifname, 0)
+    return drops
+
+
 @dataclass(frozen=True)
 class ClusterStatus:
     """What exists of one cluster, and whether it is whole."""

@@ -45,6 +45,7 @@ tbf counts (1448 payload bytes per 1514 on the wire is 95.6 %).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -115,6 +116,14 @@ def ip_batch(lines: list[str], namespace: str | None = None) -> None:
 def tc_batch(lines: list[str], namespace: str) -> None:
     if lines:
         _run(["tc", "-n", namespace, "-batch", "-"], "\n".join(lines) + "\n")
+
+
+def qdisc_drops(namespace: str) -> dict[str, int]:
+    """Packets each device's root qdisc in ``namespace`` dropped so far (``tc -s``):
+    a ``tbf`` drops what overflows its queue, and each drop costs a TCP flow a
+    retransmission (a timeout of at least 200 ms when it was the tail of a burst)."""
+    found = json.loads(_run(["tc", "-n", namespace, "-j", "-s", "qdisc", "show"]) or "[]")
+    return {entry["dev"]: int(entry.get("drops", 0)) for entry in found if entry.get("root") and "dev" in entry}
 
 
 # --------------------------------------------------------------- namespaces

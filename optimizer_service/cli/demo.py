@@ -13,7 +13,15 @@ from pathlib import Path
 import click
 
 from optimizer_service.cli.cluster import Rate, name_option
-from optimizer_service.cli.demo_report import first_plan, iterations_to_commit, offline_best, phases, plot, table
+from optimizer_service.cli.demo_report import (
+    first_plan,
+    iterations_to_commit,
+    model_seconds,
+    offline_best,
+    phases,
+    plot,
+    table,
+)
 from optimizer_service.cli.demo_run import POLICY, DemoConfig, DemoRun
 from optimizer_service.cli.params import write_json
 from optimizer_service.errors import InvalidInputError
@@ -80,13 +88,13 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
     started = time.time()
     run = DemoRun(config, work, lambda line: click.echo(line, err=True))
     result = run.run()
-    rows = phases(result["rank0"], result["change_step"], result["plans"], result["events"])
+    rows = phases(result["rank0"], result["change_step"], result["plans"], result["events"], result["drops"])
     by_name = {row["name"]: row for row in rows}
     base, planned = by_name["passthrough"]["measured_iteration_seconds"], by_name["first-plan"]["measured_iteration_seconds"]
     speedup = base / planned if base and planned else None
-    best = offline_best(work, run.info.topology_path, throttle, search_budget) if result["shaped"] else None
-    replanned_predicted = by_name["replanned"]["predicted_iteration_seconds"]
-    ratio = replanned_predicted / best if best and replanned_predicted else None
+    best = offline_best(work, run.topology_path, throttle, search_budget) if result["shaped"] else None
+    replanned_model = model_seconds(result["events"], by_name["replanned"]["plan_version"])
+    ratio = replanned_model / best if best and replanned_model else None
     report = {
         "cluster": {"name": name, "nodes": nodes, "per_node": per_node, "emulated": result["shaped"],
                     "nic_bytes_per_second": nic, "nic2_bytes_per_second": nic2, "throttle": throttle,
@@ -97,7 +105,8 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
         "speedup": speedup,
         "replan": {"change_step": result["change_step"],
                    "iterations_to_commit": iterations_to_commit(result["events"], result["change_step"]),
-                   "ratio_to_offline_best": ratio, "offline_best_predicted_seconds": best},
+                   "ratio_to_offline_best": ratio, "offline_best_predicted_seconds": best,
+                   "replanned_model_seconds": replanned_model},
         "first_plan": first_plan(result["events"]),
         "events": result["events"],
         "step_seconds": result["rank0"]["step_seconds"],
@@ -117,7 +126,7 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
         if replan["iterations_to_commit"] is not None:
             click.echo(f"after the second NIC was slowed {throttle:g}x: a replanned plan was committed "
                        f"{replan['iterations_to_commit']} iterations later" +
-                       (f"; its prediction is {ratio:.2f}x that of an offline search told the new rate"
+                       (f"; the model prices it at {ratio:.2f}x the best plan of an offline search told the new rate"
                         if ratio is not None and math.isfinite(ratio) else ""))
         else:
             click.echo(f"after the second NIC was slowed {throttle:g}x: no replanned plan was committed before the "

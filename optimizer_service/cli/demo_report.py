@@ -11,16 +11,23 @@ Phases (steps, 1-based; ``v(s)`` the plan version step ``s`` ran, 0 passthrough)
 * ``replanned`` — steps running the first plan switched to after the change
   (after :data:`SETTLE`).
 
+Each phase's ``nic_drops_per_iteration`` is, per channel, the packets the
+NICs' ``tbf`` queues dropped per iteration over its steps (each drop costs a
+TCP flow a retransmission, at least 200 ms when it ends a burst: a cost no
+fluid cost model has; None on loopback).
+
 Each phase's measured iteration time is the median of its steps; its predicted
 one is the service's prediction for that plan (for passthrough: the first
 search's FIFO prediction for the traced order). ``speedup`` is passthrough's
 median over the first plan's. ``replan.iterations_to_commit``: iterations from
 the change to the service's commit of the replanned plan.
-``replan.ratio_to_offline_best``: the replanned plan's prediction (made by the
-live loop on its re-fitted model) over the prediction of an offline search
-that knows the new rate, on a trace window of the changed cluster (both model
-figures: how close the live loop gets to a planner told the truth;
-``benchmarks/loop.py`` measures it by running the offline plan).
+``replan.ratio_to_offline_best``: the model's time for the replanned plan (the
+live search's, on the topology it re-fitted from the motif times it measured)
+over the model's time for the best plan of an offline search told the new rate,
+on a trace window of the changed cluster. Both are model figures on the same
+scale (channel 0 as calibrated; the live search moved channel 1 by what it
+measured, the offline one by the true factor): how close the live loop gets to
+a planner told the truth. ``benchmarks/loop.py`` runs both plans and measures them.
 """
 
 from __future__ import annotations
@@ -39,7 +46,19 @@ TRACE_DIR = "traces-changed"
 PHASES = ("passthrough", "first-plan", "changed", "replanned")
 
 
-def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]) -> list[dict]:
+def drop_rate(drops: list[tuple[int, dict[int, int]]], first: int, last: int) -> dict[str, float] | None:
+    """Per channel, packets dropped per iteration between steps ``first`` and
+    ``last`` from the demo's ``(step, drops so far)`` samples (None without two around them)."""
+    before = [sample for sample in drops if sample[0] < first]
+    after = [sample for sample in drops if sample[0] >= last]
+    if not before or not after or after[0][0] <= before[-1][0]:
+        return None
+    (start, at_start), (end, at_end) = before[-1], after[0]
+    return {str(c): (at_end[c] - at_start.get(c, 0)) / (end - start) for c in sorted(at_end)}
+
+
+def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict],
+           drops: list[tuple[int, dict[int, int]]] = ()) -> list[dict]:
     seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
     steps = range(1, len(seconds) + 1)
 
@@ -78,7 +97,8 @@ def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]
         rows.append({"name": name, "plan_version": plan, "steps": len(picked),
                      "first_step": picked[0] if picked else None, "last_step": picked[-1] if picked else None,
                      "measured_iteration_seconds": statistics.median(seconds[s - 1] for s in picked) if picked else None,
-                     "predicted_iteration_seconds": predicted})
+                     "predicted_iteration_seconds": predicted,
+                     "nic_drops_per_iteration": drop_rate(list(drops), picked[0], picked[-1]) if picked else None})
     return rows
 
 
@@ -98,6 +118,12 @@ def first_plan(events: list[dict]) -> dict:
     committed = next((e for e in events if e["kind"] == "committed" and asked and e["unix"] >= asked["unix"]), None)
     return {"requested_at_step": None if asked is None or asked.get("iteration") is None else asked["iteration"] + 1,
             "seconds_to_commit": committed["unix"] - asked["unix"] if asked and committed else None}
+
+
+def model_seconds(events: list[dict], version: int | None) -> float | None:
+    """The live search's model time for plan ``version`` (its ``searched`` event), if any."""
+    found = next((e for e in events if e["kind"] == "searched" and e.get("version") == version and "search" in e), None)
+    return None if found is None else found["search"]["predicted_seconds"]
 
 
 def offline_best(work: Path, topology_path: Path, throttle: float, budget: float) -> float | None:
@@ -124,12 +150,15 @@ def _ms(value: float | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    lines = [f"{'phase':<13} {'plan':>5} {'steps':>6} {'measured':>11} {'predicted':>11}  error"]
+    lines = [f"{'phase':<13} {'plan':>5} {'steps':>6} {'measured':>11} {'predicted':>11} {'error':>6}  NIC drops/it"]
     for row in rows:
         measured, predicted = row["measured_iteration_seconds"], row["predicted_iteration_seconds"]
         error = f"{(predicted / measured - 1) * 100:+.0f} %" if measured and predicted else "-"
         plan = "-" if row["plan_version"] is None else f"v{row['plan_version']}"
-        lines.append(f"{row['name']:<13} {plan:>5} {row['steps']:>6} {_ms(measured):>11} {_ms(predicted):>11}  {error}")
+        rates = row.get("nic_drops_per_iteration")
+        drops = " + ".join(f"{rate:.1f}" for rate in rates.values()) if rates else "-"
+        lines.append(f"{row['name']:<13} {plan:>5} {row['steps']:>6} {_ms(measured):>11} {_ms(predicted):>11} "
+                     f"{error:>6}  {drops}")
     return "\n".join(lines)
 
 

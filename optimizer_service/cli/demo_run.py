@@ -37,6 +37,7 @@ from deploy.emulated import (
     can_manage_namespaces,
     create_cluster,
     destroy_cluster,
+    nic_drops,
     run_ranks,
     set_channel_rate,
 )
@@ -113,7 +114,9 @@ class DemoRun:
         self.shaped = can_manage_namespaces() and not config.loopback
         self.progress = Progress(log=(work / "ranks.log").open("w"))
         self.events: list[dict] = []
+        self.drops: list[tuple[int, dict[int, int]]] = []     # (rank 0's step, packets the NICs dropped so far)
         self.info = None
+        self.topology_path = work / "topology.yaml"
         self.service: subprocess.Popen | None = None
         self.address = ""
         self.exit_code: int | None = None
@@ -133,6 +136,8 @@ class DemoRun:
                  (f", NICs {config.nic * 8 / 1e6:g} + {config.nic2 * 8 / 1e6:g} Mbit/s per node" if self.shaped else ""))
         self.info = create_cluster(config.name, config.nodes, config.per_node, config.nic, config.nic2,
                                    shaped=self.shaped)
+        # The cluster's state folder goes with it at the end; the report's offline search needs the topology.
+        self.topology_path.write_text(self.info.topology_path.read_text())
         try:
             self._start_service()
             result = self._train()
@@ -152,7 +157,7 @@ class DemoRun:
         items = config.policy + (() if self.shaped else ("min_gain=0",))
         policy = [arg for item in items for arg in ("--policy", item)]
         argv = [sys.executable, "-m", "optimizer_service.cli", "serve", "--listen", f"{host}:0", "--port-file",
-                str(port_file), "--store", f"sqlite:///{db}", "--topology", str(info.topology_path),
+                str(port_file), "--store", f"sqlite:///{db}", "--topology", str(self.topology_path),
                 "--search-budget", f"{config.search_budget:g}", *policy]
         log = (self.work / "service.log").open("w")
         self.service = subprocess.Popen(in_namespace(info.node_namespaces[0] if self.shaped else None, argv),
@@ -194,6 +199,8 @@ class DemoRun:
             if store is not None:
                 self._poll_events(store)
             step = self.progress.last_step()
+            if self.shaped and (not self.drops or step > self.drops[-1][0]):
+                self.drops.append((step, nic_drops(self.info)))
             if step >= shown_step + 10:
                 shown_step = step
                 self.say(self._progress_line(step))
@@ -212,7 +219,8 @@ class DemoRun:
                                  "\n".join(self.progress.tail[-15:]))
         return {"rank0": json.loads(out.read_text()), "events": self.events, "plans": plans,
                 "change_step": self.progress.change_step, "change_unix": self.progress.change_unix,
-                "shaped": self.shaped, "address": self.address, "steps_seen": list(self.progress.steps)}
+                "shaped": self.shaped, "address": self.address, "steps_seen": list(self.progress.steps),
+                "drops": self.drops}
 
     def _ranks(self, command: list[str], env: dict[str, str]) -> None:
         try:

@@ -410,8 +410,12 @@ def _drift(state: Policy) -> tuple[Policy, list[Action]]:
         what = (f"{_name(state.running)} measures {median:.3f} s, {_pct(abs(median / baseline - 1))} "
                 f"{'over' if median > baseline else 'under'} its {baseline:.3f} s baseline for {state.drift_streak} "
                 f"iterations (more than {_pct(cfg.drift_trigger)})")
+    # The iterations that showed the drift ran the same plan on the changed cluster: they are the new
+    # state's first measurements (a reported change, by contrast, comes before any).
+    shown = min(cfg.consecutive, cfg.window)
     state, actions = _changed(replace(state, drifts=drifts), cluster, f"{what}: the cluster changed under the "
-                              f"job; taken as a new cluster state {cluster}")
+                              f"job; taken as a new cluster state {cluster}",
+                              keep=(state.window[-shown:], state.channel_window[-shown:]))
     return state, [Note("drift", actions[-1].reason), *actions[:-1]]
 
 
@@ -623,16 +627,23 @@ def _cancel(state: Policy, why: str) -> tuple[Policy, list[Action]]:
                                                               f"cancelled: {why}")]
 
 
-def _changed(state: Policy, cluster: str, due: str) -> tuple[Policy, list[Action]]:
-    """Enter cluster state ``cluster`` (``due``: why); the last action is the ``cluster`` note."""
-    old = state.cluster
+def _changed(state: Policy, cluster: str, due: str, keep: tuple[tuple, tuple] = ((), ())) -> tuple[Policy, list[Action]]:
+    """Enter cluster state ``cluster`` (``due``: why); the last action is the ``cluster`` note.
+    ``keep``: iterations (and their channel seconds) of the running plan already measured in the
+    new state; they count in it, past warm-up."""
+    old, (window, channels) = state.cluster, keep
     trial = None if state.trial is None else replace(state.trial, previous_seconds=None)
     state = replace(_fresh(state), cluster=cluster, due=due, trial=trial, slow_latched=False, wait_latched=False)
+    if window:
+        state = replace(state, window=window, channel_window=channels,
+                        since_switch=state.config.warmup + len(window))
     state, actions = _cancel(state, "it was for the old cluster state")
     best = state.best()
     known = f"best known plan there: {_name(best[0])} ({best[1]:.3f} s)" if best else "no plan known there"
-    return state, actions + [Note("cluster", f"{due}; measurements of {old} no longer count; {known}; deciding once "
-                                  f"{state.config.min_samples} iterations are measured")]
+    left = max(state.config.min_samples - len(window), 0)
+    when = (f"deciding once {left} more iteration(s) are measured" if left else "deciding now") + (
+        f" (the last {len(window)} count in it)" if window else "")
+    return state, actions + [Note("cluster", f"{due}; measurements of {old} no longer count; {known}; {when}")]
 
 
 def _on_cluster(state: Policy, event: ClusterChanged, now: float) -> tuple[Policy, list[Action]]:

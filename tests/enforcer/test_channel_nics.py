@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.emulated import can_manage_namespaces, create_cluster, destroy_cluster, run_ranks
+from deploy.emulated import can_manage_namespaces, create_cluster, destroy_cluster, nic_drops, run_ranks
 from enforcer.runtime import channel_interface
 from optimizer_service.plan.plan import Plan
 
@@ -39,9 +39,11 @@ def test_channel_one_runs_over_each_nodes_second_nic(tmp_path):
     out = io.StringIO()
     try:
         code = run_ranks(info, [sys.executable, str(RANKS)], out=out, err=out, timeout=120)
+        drops = nic_drops(info)
     finally:
         destroy_cluster(name, root=tmp_path)
     assert code == 0, out.getvalue()[-3000:]
+    assert set(drops) == {0, 1} and all(isinstance(n, int) and n >= 0 for n in drops.values()), drops
     reports = {int(rank): json.loads(body) for rank, body in re.findall(r"^\[r(\d+)\] NIC (.*)$", out.getvalue(), re.M)}
     assert sorted(reports) == [0, 1], out.getvalue()[-3000:]
     for rank, report in reports.items():

@@ -425,11 +425,14 @@ def test_a_plan_drifting_from_its_baseline_is_a_cluster_change_nobody_reported(f
     assert state.baseline == PREDICTED
     state, actions = feed(state, PREDICTED * factor, CFG.window // 2 + CFG.consecutive, version=1)
     [drift] = notes(actions, "drift")
-    assert state.cluster == "A~d1" and state.baseline is None and not state.measured.get("A~d1")
+    assert state.cluster == "A~d1" and state.baseline is None
     assert f"{'over' if factor > 1 else 'under'} its 0.175 s baseline" in drift.reason and "A~d1" in drift.reason
-    state, actions = feed(state, PREDICTED * factor, CFG.warmup + CFG.min_samples, version=1)
-    [request] = of(actions, RequestPlan)
-    assert request.trigger == "cluster"
+    # the iterations that showed the drift are the new state's first measurements: no warm-up, no wait
+    assert len(state.window) >= CFG.consecutive and {seconds for seconds, _ in state.window} == {PREDICTED * factor}
+    assert "deciding now (the last 10 count in it)" in drift.reason
+    state, more = feed(state, PREDICTED * factor, 1, version=1)
+    [request] = of(actions[actions.index(drift):] + more, RequestPlan)
+    assert request.trigger == "cluster" and state.measured["A~d1"] == {1: PREDICTED * factor}
 
 
 def channel_run(state, seconds, n, ch0, ch1):
