@@ -36,7 +36,6 @@ def test_the_service_plans_and_commits_a_live_job_by_itself(tmp_path):
     finally:
         code, log = serve.stop()
     assert code == 0, log
-    print(log[-6000:]); print([r["iterations"] for r in results]); print([(r["enforced"], r["switches"], r["iterations"]) for r in results])
     switched = {tuple((s["iteration"], s["version"]) for s in result["switches"]) for result in results}
     assert len(switched) == 1, f"the ranks switched differently: {switched}"
     switches = switched.pop()
