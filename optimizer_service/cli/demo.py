@@ -22,7 +22,7 @@ from optimizer_service.cli.demo_report import (
     plot,
     table,
 )
-from optimizer_service.cli.demo_run import POLICY, DemoConfig, DemoRun
+from optimizer_service.cli.demo_run import JOBS, POLICY, DemoConfig, DemoRun
 from optimizer_service.cli.params import write_json
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.settings import Settings
@@ -38,6 +38,8 @@ from optimizer_service.settings import Settings
               help="How many times slower the second NIC gets mid-run.")
 @click.option("--steps", type=click.IntRange(20, 100_000), default=300, show_default=True,
               help="Training steps (iterations) of the job.")
+@click.option("--job", type=click.Choice(sorted(JOBS)), default="dlrm", show_default=True,
+              help="The job: the DLRM-like model (all-to-all + all-reduce) or a plain DDP MLP (all-reduce).")
 @click.option("--tables", type=click.IntRange(1), help="Embedding tables (train_dlrm.py's default: 16).")
 @click.option("--rows", type=click.IntRange(1), help="Rows per table (default 20000).")
 @click.option("--dim", type=click.IntRange(1), help="Embedding dimension (default 64).")
@@ -52,7 +54,7 @@ from optimizer_service.settings import Settings
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.png",
               help="Plot iteration time over the run, with plan switches and the change.")
 @click.pass_obj
-def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float, throttle: float, steps: int,
+def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float, throttle: float, steps: int, job: str,
          tables: int | None, rows: int | None, dim: int | None, batch: int | None, search_budget: float,
          loopback: bool, name: str, work_dir: Path | None, json_out: str | None, plot_out: Path | None) -> None:
     """Show the loop: a DLRM-like job on an emulated cluster gets planned,
@@ -78,13 +80,15 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
     for flag, value in (("--tables", tables), ("--rows", rows), ("--dim", dim), ("--batch", batch)):
         if value is not None:
             model += [flag, str(value)]
+    if model and job != "dlrm":
+        raise InvalidInputError(f"{model[0]} sizes the DLRM-like model; --job {job} has a fixed model (drop the flag)")
     if tables is not None and tables % (nodes * per_node):
         raise InvalidInputError(f"--tables {tables} must be a multiple of the {nodes * per_node} ranks "
                                 "(each rank owns whole tables)")
     work = work_dir or Path(tempfile.mkdtemp(prefix="p2-demo-"))
     work.mkdir(parents=True, exist_ok=True)
     config = DemoConfig(nodes=nodes, per_node=per_node, nic=nic, nic2=nic2, throttle=throttle, steps=steps,
-                        model=tuple(model), search_budget=search_budget, name=name, loopback=loopback)
+                        model=tuple(model), search_budget=search_budget, name=name, loopback=loopback, job=job)
     started = time.time()
     run = DemoRun(config, work, lambda line: click.echo(line, err=True))
     result = run.run()
@@ -99,7 +103,7 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
         "cluster": {"name": name, "nodes": nodes, "per_node": per_node, "emulated": result["shaped"],
                     "nic_bytes_per_second": nic, "nic2_bytes_per_second": nic2, "throttle": throttle,
                     "topology": str(run.info.topology_path.name)},
-        "job": {"id": "dlrm", "script": "examples/train_dlrm.py", "steps": steps, "model": result["rank0"].get("model"),
+        "job": {"id": job, "script": f"examples/{JOBS[job]}", "steps": steps, "model": result["rank0"].get("model"),
                 "world_size": result["rank0"].get("world_size")},
         "phases": rows,
         "speedup": speedup,
@@ -135,9 +139,10 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
         click.echo("loopback run: no NICs, so no change and no replanning after one; run as root for those")
     click.echo(f"store, service log and traces: {work}")
     if plot_out is not None:
+        what = "DLRM-like" if job == "dlrm" else "DDP"
+        where = " (emulated NICs)" if result["shaped"] else " (loopback)"
         plot(plot_out, result["rank0"], result["change_step"], result["events"],
-             f"p2 demo: DLRM-like job on {nodes} x {per_node}" + (" (emulated NICs)" if result["shaped"] else
-                                                                  " (loopback)"))
+             f"p2 demo: {what} job on {nodes} x {per_node}{where}")
         click.echo(f"plot: {plot_out}")
     if json_out:
         write_json(report, json_out)

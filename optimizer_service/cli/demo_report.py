@@ -126,8 +126,12 @@ def model_seconds(events: list[dict], version: int | None) -> float | None:
     return None if found is None else found["search"]["predicted_seconds"]
 
 
+OFFLINE_PLAN = "offline-plan.json"
+
+
 def offline_best(work: Path, topology_path: Path, throttle: float, budget: float) -> float | None:
-    """The best predicted iteration time of a search on the changed cluster's traces, told the new rate."""
+    """The best predicted iteration time of a search on the changed cluster's traces, told the new rate;
+    its plan goes to ``work/offline-plan.json`` (``benchmarks/loop.py`` runs it)."""
     from optimizer_service.hardware.topology import Topology
     from optimizer_service.syndicate.facade import plan_job
 
@@ -142,6 +146,7 @@ def offline_best(work: Path, topology_path: Path, throttle: float, budget: float
         found = plan_job(traces, replace(topology, links=links), budget=budget, name="offline")
     except InvalidInputError:
         return None
+    (work / OFFLINE_PLAN).write_text(found.plan.to_json())
     return found.chosen.steady_seconds
 
 

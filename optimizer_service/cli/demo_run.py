@@ -9,7 +9,7 @@ The steps (issue 16's main job):
 2. **Service.** ``p2 serve`` with replanning on, an SQLite store in the work
    folder and the cluster's topology, inside node 0's namespace on its NIC
    address: the ranks of other nodes reach it over the network, as on a cluster.
-3. **Job.** ``examples/train_dlrm.py`` on every rank through ``p2enforcer``
+3. **Job.** ``examples/train_dlrm.py`` (or ``train_ddp.py``) on every rank through ``p2enforcer``
    with ``P2_SERVICE``; nobody submits a plan: the service plans, commits and
    replans by itself.
 4. **Change.** Once the service's first plan has been committed and judged
@@ -48,7 +48,8 @@ from optimizer_service.errors import JobFailedError
 from optimizer_service.service.store.sqlite_store import SqlitePlanStore
 
 ROOT = Path(__file__).resolve().parents[2]
-JOB = "dlrm"
+#: The jobs the demo can train: name -> example script (the DLRM-like job is the issue's; DDP the plainer one).
+JOBS = {"dlrm": "train_dlrm.py", "ddp": "train_ddp.py"}
 SWITCH_EVERY = 4
 #: A demo-length policy: the defaults' shape (optimizer_service/control/policy.py), shorter windows.
 POLICY = ("first_plan_after=20", "warmup=5", "window=15", "min_samples=8", "evaluate=12", "consecutive=8",
@@ -68,6 +69,7 @@ class DemoConfig:
     throttle: float = 4.0           # the second NIC is slowed this many times mid-run
     steps: int = 300
     model: tuple[str, ...] = ()     # extra train_dlrm.py flags (model size)
+    job: str = "dlrm"               # a key of JOBS
     search_budget: float = 3.0
     name: str = "p2demo"
     loopback: bool = False          # force the loopback cluster even as root
@@ -182,10 +184,11 @@ class DemoRun:
         config = self.config
         out = self.work / "rank0.json"
         out.unlink(missing_ok=True)
-        command = [sys.executable, str(ROOT / "examples" / "train_dlrm.py"), "--backend", "p2enforcer", "--steps",
+        script = JOBS[config.job]
+        command = [sys.executable, str(ROOT / "examples" / script), "--backend", "p2enforcer", "--steps",
                    str(config.steps), "--json", str(out), *config.model]
-        env = {"P2_SERVICE": self.address, "P2_JOB": JOB, "P2_SWITCH_EVERY": str(SWITCH_EVERY)}
-        self.say(f"training {JOB} ({config.steps} steps, examples/train_dlrm.py {' '.join(config.model)}) through "
+        env = {"P2_SERVICE": self.address, "P2_JOB": config.job, "P2_SWITCH_EVERY": str(SWITCH_EVERY)}
+        self.say(f"training {config.job} ({config.steps} steps, examples/{script} {' '.join(config.model)}) through "
                  "p2enforcer; the service plans it by itself")
         runner = threading.Thread(target=self._ranks, args=(command, env), daemon=True)
         started = time.time()
@@ -209,8 +212,8 @@ class DemoRun:
                 raise JobFailedError(f"the demo's job did not finish within {config.timeout:g} s")
         if store is not None:
             self._poll_events(store)
-            plans = {stored.version: state for stored in store.list_plans(JOB)
-                     if (state := store.get_plan_state(JOB, stored.version)) is not None}
+            plans = {stored.version: state for stored in store.list_plans(self.config.job)
+                     if (state := store.get_plan_state(self.config.job, stored.version)) is not None}
             store.close()
         else:
             plans = {}
@@ -231,7 +234,7 @@ class DemoRun:
 
     # ------------------------------------------------------------- watching
     def _poll_events(self, store: SqlitePlanStore) -> None:
-        events = store.recent_events(JOB, limit=10_000)
+        events = store.recent_events(self.config.job, limit=10_000)
         for event in events[len(self.events):]:
             step = "" if event.get("iteration") is None else f"step {event['iteration'] + 1}: "
             self.say(f"  [{step}{event['kind']}{' v' + str(event['version']) if event.get('version') else ''}] "
@@ -274,7 +277,7 @@ class DemoRun:
     def _fetch_traces(self) -> None:
         """A trace window of the changed cluster, in the background: the offline search of the report
         (:func:`optimizer_service.cli.demo_report.offline_best`) plans the same job knowing the new rate."""
-        argv = [sys.executable, "-m", "optimizer_service.cli", "jobs", "trace", JOB, "--out",
+        argv = [sys.executable, "-m", "optimizer_service.cli", "jobs", "trace", self.config.job, "--out",
                 str(self.work / TRACE_DIR), "--iterations", "4", "--service", self.address]
 
         def fetch() -> None:

@@ -57,3 +57,14 @@ def test_the_demo_on_the_emulated_cluster_commits_a_plan_and_a_replan_after_the_
     assert phases["replanned"]["measured_iteration_seconds"] > 0
     assert set(phases["passthrough"]["nic_drops_per_iteration"]) == {"0", "1"}
     assert report["replan"]["offline_best_predicted_seconds"] > 0 and report["replan"]["ratio_to_offline_best"] > 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--job", "ddp", "--tables", "8"], "--tables sizes the DLRM-like model"),
+    (["--job", "fsdp"], "'fsdp' is not one of"),
+    (["--tables", "7"], "must be a multiple of the 8 ranks"),
+])
+def test_bad_demo_options_are_one_line_and_exit_2(args, words, tmp_path):
+    result = p2("demo", *args, "--work-dir", str(tmp_path / "work"))
+    assert result.returncode == 2 and words in result.stderr, result.stderr
+    assert not (tmp_path / "work" / "service.db").exists()
