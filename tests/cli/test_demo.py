@@ -31,7 +31,9 @@ def check_report(report: dict, emulated: bool) -> None:
 
 def test_the_demo_on_loopback_plans_and_commits(tmp_path):
     out, picture = tmp_path / "demo.json", tmp_path / "demo.png"
-    result = p2("demo", "--loopback", "--nodes", "1", "--per-node", "4", "--steps", "70", *SMALL,
+    # Steps of a few tens of ms: enough of them that the search and commit (about a second, several
+    # on a loaded machine) land well before the end.
+    result = p2("demo", "--loopback", "--nodes", "1", "--per-node", "4", "--steps", "240", *SMALL,
                 "--name", "p2demotest", "--work-dir", str(tmp_path / "work"), "--json", str(out),
                 "--plot", str(picture), timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
