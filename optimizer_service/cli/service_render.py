@@ -91,3 +91,16 @@ def plan_text(plan: dict) -> str:
                      + (f", predicted {body['predicted_iteration_seconds']:.4g} s/iteration"
                         if body.get("predicted_iteration_seconds") is not None else ""))
     return "\n".join(lines)
+
+
+def decisions_text(job_id: str, decisions) -> str:
+    """``p2 jobs events``: one line a decision (``p2.v1.Decision``), oldest first."""
+    if not decisions:
+        return f"job {job_id}: no replanning decisions yet (replanning off, or before its first plan)"
+    lines = []
+    for decision in decisions:
+        when = time.strftime("%H:%M:%S", time.localtime(decision.unix))
+        step = f"step {decision.iteration + 1}" if decision.iteration >= 0 else "-"
+        version = f"v{decision.version}" if decision.version else ""
+        lines.append(f"{when} {step:>10} {decision.kind:<13} {version:>4}  {decision.reason}")
+    return "\n".join(lines)

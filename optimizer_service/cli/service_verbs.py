@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import sys
@@ -15,7 +16,15 @@ import grpc
 from optimizer_service.cli.params import write_json
 from optimizer_service.cli.replan_options import policy_config, policy_help, topology_text
 from optimizer_service.cli.service_client import Client, connect, service_options
-from optimizer_service.cli.service_render import job_dict, job_text, jobs_table, plan_dict, plan_text, plans_table
+from optimizer_service.cli.service_render import (
+    decisions_text,
+    job_dict,
+    job_text,
+    jobs_table,
+    plan_dict,
+    plan_text,
+    plans_table,
+)
 from optimizer_service.control.coordinator import Timing
 from optimizer_service.errors import InvalidInputError, JobFailedError
 from optimizer_service.plan import Plan
@@ -170,6 +179,29 @@ def jobs_trace(settings: Settings, job_id: str, out_dir: Path, iterations: int, 
     if json_out != "-":
         total = sum(item["bytes"] for item in written)
         click.echo(f"{len(written)} trace(s) of job {job_id}, {total / 1024:.0f} KiB, in {out_dir}")
+
+
+@jobs.command("events")
+@click.argument("job_id")
+@click.option("--limit", type=click.IntRange(min=1, max=10_000), default=100, show_default=True,
+              help="The last this many decisions.")
+@service_options
+@click.option("--json", "json_out", metavar="OUT", help="Write the decisions as JSON ('-' for stdout).")
+@click.pass_obj
+def jobs_events(settings: Settings, job_id: str, limit: int, json_out: str | None, **options) -> None:
+    """The job's replanning decisions, oldest first: every search, commit,
+    verdict, rollback and cluster change the service made, with its reason.
+
+    \b
+    Example:
+      p2 jobs events my-job --limit 20
+    """
+    reply = _client(settings, options).call("ListDecisions", api.ListDecisionsRequest(job_id=job_id, limit=limit))
+    decisions = [json.loads(decision.document) for decision in reply.decisions]
+    if json_out is not None:
+        write_json({"job_id": job_id, "decisions": decisions}, json_out)
+    if json_out != "-":
+        click.echo(decisions_text(job_id, reply.decisions))
 
 
 # ------------------------------------------------------------------- plan

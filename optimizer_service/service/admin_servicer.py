@@ -66,6 +66,13 @@ def plan_record(job_id: str, state: PlanState, plan: Plan | None = None) -> api.
     return record
 
 
+def decision_to_proto(event: dict) -> api.Decision:
+    iteration = event.get("iteration")
+    return api.Decision(unix=float(event.get("unix", 0.0)), kind=str(event.get("kind", "")),
+                        version=int(event.get("version") or 0), iteration=-1 if iteration is None else int(iteration),
+                        reason=str(event.get("reason", "")), document=json.dumps(event, separators=(",", ":")))
+
+
 class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
     def __init__(self, core: ServiceCore) -> None:
         self.core = core
@@ -99,6 +106,12 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
     async def ListPlans(self, request, context):
         return api.ListPlansResponse(plans=[plan_record(request.job_id, state)
                                             for state in await self.core.plans(request.job_id)])
+
+    @_errors
+    async def ListDecisions(self, request, context):
+        job_id, limit = requests.list_decisions(request)
+        return api.ListDecisionsResponse(decisions=[decision_to_proto(event)
+                                                    for event in await self.core.decisions(job_id, limit)])
 
     async def GetTraces(self, request, context):
         try:

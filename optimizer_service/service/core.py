@@ -497,3 +497,8 @@ class ServiceCore:
     async def plans(self, job_id: str) -> list[PlanState]:
         job = self.job(job_id)
         return [job.plans[v] for v in sorted(job.plans)]
+
+    async def decisions(self, job_id: str, limit: int) -> list[dict]:
+        """The job's last ``limit`` replanning events from the store, newest last (NotFound for an unknown job)."""
+        self.job(job_id)
+        return await self._io(self.store.recent_events, job_id, limit)

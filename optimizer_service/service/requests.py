@@ -22,6 +22,8 @@ MAX_CHANNEL = 1_024
 MAX_TRACE_CHUNK = 4 * 1024 * 1024    # trace bytes in one TraceChunk
 MAX_TRACE_ITERATIONS = 10_000        # iterations of each rank's trace GetTraces may ask for
 MAX_TRACE_TIMEOUT = 600.0            # seconds GetTraces may wait for the ranks
+MAX_DECISIONS = 10_000               # decisions one ListDecisions may return
+DEFAULT_DECISIONS = 100
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024    # the largest gRPC message either way (a plan of 64 MiB and then some)
 
 
@@ -111,3 +113,8 @@ def get_traces(message) -> tuple[int, float]:
     if timeout > MAX_TRACE_TIMEOUT:
         raise RequestError("timeout_seconds", f"{timeout:g} s; at most {MAX_TRACE_TIMEOUT:g} s")
     return iterations, timeout
+
+
+def list_decisions(message) -> tuple[str, int]:
+    """A ``p2.v1.ListDecisionsRequest``: its job id and how many decisions (0 asks for the default)."""
+    return job_id(message.job_id), count(message.limit, "limit", 0, MAX_DECISIONS) or DEFAULT_DECISIONS

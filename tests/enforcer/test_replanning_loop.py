@@ -8,11 +8,14 @@ reason, and the plan's record has its predicted and measured iteration time."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from deploy.emulated.model import cluster_topology
 from optimizer_service.service.store.sqlite_store import SqlitePlanStore
 from tests.enforcer import service_ranks
+from tests.support.cli import p2
 from tests.support.multiproc import run_world
 from tests.support.service_process import ServeProcess
 
@@ -33,6 +36,9 @@ def test_the_service_plans_and_commits_a_live_job_by_itself(tmp_path):
         env = {"P2_SERVICE": serve.address, "P2_JOB": JOB, "P2_SWITCH_EVERY": "4", "P2_TOPOLOGY": str(topology)}
         results = run_world(WORLD, service_ranks.train, "planned", 0, 0, 0.01, 12, 300, backend="p2enforcer",
                             timeout=300, env=env)
+        listed = p2("jobs", "events", JOB, "--service", serve.address, "--json", "-")
+        shown = p2("jobs", "events", JOB, "--service", serve.address, "--limit", "2")
+        unknown = p2("jobs", "events", "no-such-job", "--service", serve.address)
     finally:
         code, log = serve.stop()
     assert code == 0, log
@@ -52,6 +58,14 @@ def test_the_service_plans_and_commits_a_live_job_by_itself(tmp_path):
     finally:
         store.close()
     kinds = [event["kind"] for event in events]
+    # p2 jobs events: the same decisions over the service's API (newest last), as JSON and as lines
+    assert listed.returncode == 0, listed.stderr
+    decisions = json.loads(listed.stdout)["decisions"]
+    start = events.index(decisions[0])
+    assert events[start:start + len(decisions)] == decisions and decisions[0] == events[0]
+    assert shown.returncode == 0 and len(shown.stdout.splitlines()) == 2, shown.stdout + shown.stderr
+    assert all(line.split()[3] in set(kinds) for line in shown.stdout.splitlines()), shown.stdout
+    assert unknown.returncode != 0 and "no-such-job" in unknown.stderr and len(unknown.stderr.splitlines()) == 1
     assert kinds[:4] == ["replan", "searched", "commit", "committed"], events
     assert events[0]["trigger"] == "first" and all(event["reason"] for event in events)
     assert events[1]["version"] == version and events[1]["search"]["predicted_seconds"] > 0

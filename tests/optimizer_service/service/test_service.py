@@ -161,6 +161,23 @@ def test_bad_submissions_are_refused_with_one_line_and_change_nothing(tmp_path, 
     run(scenario, config(tmp_path))
 
 
+@pytest.mark.parametrize("request_, code, words", [
+    (api.ListDecisionsRequest(job_id="job-c", limit=10_001), grpc.StatusCode.INVALID_ARGUMENT, "limit: 10001"),
+    (api.ListDecisionsRequest(job_id="bad id!"), grpc.StatusCode.INVALID_ARGUMENT, "job_id"),
+    (api.ListDecisionsRequest(job_id="nope"), grpc.StatusCode.NOT_FOUND, "no job 'nope'"),
+])
+def test_bad_decision_listings_are_one_line(tmp_path, request_, code, words):
+    async def scenario(h: Harness):
+        await h.join("job-c", 2)
+        with pytest.raises(grpc.aio.AioRpcError) as error:
+            await h.call("ListDecisions", request_)
+        assert error.value.code() == code and words in error.value.details(), error.value.details()
+        assert "\n" not in error.value.details()
+        listed = await h.call("ListDecisions", api.ListDecisionsRequest(job_id="job-c"))
+        assert list(listed.decisions) == []              # replanning is off in this harness: nothing decided
+    run(scenario, config(tmp_path))
+
+
 def test_a_job_that_is_not_live_refuses_plans(tmp_path):
     async def scenario(h: Harness):
         ranks = [SimRank("job-d", 0, 2)]
