@@ -50,6 +50,8 @@ class Node:
     issued_after: tuple[str, ...] = ()         # program order only (same iteration)
     issued_after_previous: tuple[str, ...] = ()  # program order only (previous iteration)
     element_bytes: int = 4                     # the traced op's dtype size: only 4-byte ops can carry a plan
+    passthrough: str = ""                      # why the enforcer cannot run a plan for it ("" if it can)
+    root: int = 0                              # a traced broadcast's source: its position in the traced group
 
     @property
     def is_comm(self) -> bool:

@@ -6,7 +6,8 @@ iteration, taken from the second (the steady state, where ops moved across
 the boundary already sit where they will always run). For every comm-op of
 that iteration whose kind a plan can carry (:data:`optimizer_service.plan.op_plan.KINDS`)
 and whose elements are 4 bytes (the options' motif ranges are in 4-byte units;
-an op of float64 or bfloat16 passes through) it gives
+an op of float64 or bfloat16 passes through), and that the enforcer can hand
+to a plan (a traced op's ``passthrough`` reason is empty), it gives
 
 * the key: the op's position among its group's ops in the iteration, its
   kind, its buffer's bytes (4-byte elements, the buffer model of
@@ -17,7 +18,9 @@ an op of float64 or bfloat16 passes through) it gives
 
 Ops of a workload stand for every group that runs them at once (a
 tensor-parallel all-reduce of group 0 stands for every node's): the plan
-names the representative group, and other groups' ops pass through.
+names the representative group, and other groups' ops pass through. A traced
+job's parallel subgroups are nodes of their own
+(:mod:`optimizer_service.syndicate.trace_dag`), so each gets its key.
 """
 
 from __future__ import annotations
@@ -39,16 +42,23 @@ def buffer_bytes(op: Motif) -> int:
     return op.elements * (len(op.ranks) if op.kind is Collective.ALL_TO_ALL else 1) * ELEMENT_BYTES
 
 
-def op_keys(problem: Problem) -> list[OpKey]:
+def op_keys(problem: Problem) -> list[OpKey | None]:
     """Per comm-op slot of ``problem``, the key a plan gives its op: its position
-    among its group's ops in the iteration, its kind, its buffer and its group."""
+    among its group's ops in the iteration, its kind, its buffer, its group (in
+    the traced order) and a broadcast's root position; None for a kind no plan
+    carries (a Reduce: it still takes its position)."""
     group_seq: dict[tuple[int, ...], int] = {}
-    keys = []
+    keys: list[OpKey | None] = []
     for node_index in problem.comm_nodes:
-        op = problem.dag.nodes[node_index].comm
-        seq = group_seq.get(op.ranks, 0)
-        group_seq[op.ranks] = seq + 1
-        keys.append(OpKey(seq, op.kind.name.lower(), buffer_bytes(op), op.ranks))   # ALL_REDUCE -> "all_reduce"
+        node = problem.dag.nodes[node_index]
+        op, group, root = node.comm, node.comm.ranks, 0
+        if op.kind is Collective.BROADCAST and node.root:     # its ranks start at the root: the group's order back
+            root = node.root
+            group = group[-root:] + group[:-root]
+        seq = group_seq.get(group, 0)
+        group_seq[group] = seq + 1
+        kind = op.kind.name.lower()         # ALL_REDUCE -> "all_reduce"
+        keys.append(OpKey(seq, kind, buffer_bytes(op), group, root) if kind in KINDS else None)
     return keys
 
 
@@ -71,8 +81,9 @@ def export_plan(problem: Problem, result: SystemResult, version: int = 1) -> Pla
         tasks_of.setdefault(evaluation.task_node[i], []).append(i)
     ops = []
     for slot, (node_index, key) in enumerate(zip(problem.comm_nodes, op_keys(problem))):
-        if key.kind not in KINDS or problem.dag.nodes[node_index].element_bytes != ELEMENT_BYTES:
-            continue        # an op of 8- or 2-byte elements: the option's 4-byte ranges do not fit its buffer
+        node = problem.dag.nodes[node_index]
+        if key is None or node.element_bytes != ELEMENT_BYTES or node.passthrough:
+            continue        # e.g. 8- or 2-byte elements: the option's 4-byte ranges do not fit its buffer
         option = problem.options[slot][result.choice[slot]]
         local = in_group(option.plan, key.group)
         position = {rank: k for k, rank in enumerate(key.group)}

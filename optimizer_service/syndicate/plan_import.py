@@ -31,7 +31,7 @@ def running_choice(problem: Problem, plan: Plan) -> list[int] | None:
     planned = {op.key: op for op in plan.ops}
     choice = []
     for slot, key in enumerate(op_keys(problem)):
-        found = planned.get(key)
+        found = None if key is None else planned.get(key)
         if found is None:
             choice.append(fallback[slot])
             continue

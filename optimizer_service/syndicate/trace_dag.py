@@ -9,7 +9,8 @@ gives the measured time of the same iteration, to compare with the schedule.
 Our readings of a trace (its ops in program order ``o_0 .. o_{K-1}``):
 
 * **Comm-ops.** all_reduce → AllReduce, broadcast → Broadcast (the group
-  rotated so its ``root`` group position comes first), reduce → Reduce,
+  rotated so its ``root`` group position comes first; the node keeps ``root``
+  for the plan's key), reduce → Reduce,
   all_gather(_into_tensor) → AllGather, reduce_scatter(_tensor) →
   ReduceScatter, all_to_all(_single) → AllToAll, on the group's global ranks.
   Elements are 4-byte units (the cost model's): ``ceil(bytes / 4)`` of the
@@ -18,7 +19,10 @@ Our readings of a trace (its ops in program order ``o_0 .. o_{K-1}``):
   destination block. The op's dtype size is kept on the node: a plan's motif
   ranges count the buffer's own elements, so only ops of 4-byte dtypes
   (float32, int32) get a plan; the others are priced by their bytes and pass
-  through (:mod:`optimizer_service.syndicate.plan_export`).
+  through (:mod:`optimizer_service.syndicate.plan_export`). So do kinds the
+  backend never hands to a plan (``reduce``, the list forms ``all_gather``,
+  ``reduce_scatter`` and ``all_to_all``): the node's ``passthrough`` says why
+  (:func:`optimizer_service.plan.trace.passthrough_reason`).
 * **Other ops** (barrier, send/recv, gather, scatter, coalesced ops, ...)
   cannot be decomposed: each is a compute node ``kind#k`` whose time is its
   measured duration (``completed - issued``, 0 if it never completed), in its
@@ -45,7 +49,16 @@ Our readings of a trace (its ops in program order ``o_0 .. o_{K-1}``):
   depends on the previous iteration's ``step`` (``after_previous``).
 * **Several ranks.** The slowest rank paces collectives: every node's seconds
   is the maximum over ranks (each rank's compute read by its own blocking).
-  All ranks must record the same ops (kind, bytes, group, broadcast root).
+  All ranks must record the same ops (kind, bytes, group size, broadcast root)
+  in the same order.
+* **Subgroups.** At one position the ranks may record one collective on
+  different groups (``new_group`` subgroups: ranks 0 and 1 all-reduce on
+  ``[0, 1]`` while ranks 2 and 3 do on ``[2, 3]``); those groups must be equal
+  or disjoint. Each group's copy is a comm node of its own,
+  ``kind#k[ranks]`` (``all_reduce#3[0,2]``), so the search prices the parallel
+  groups' traffic together and plans every group's op; they share the
+  position's compute. A non-collective op at such a position stays one compute
+  node.
 * **Iteration.** By default the last complete one: the one before the last,
   as :func:`optimizer_service.plan.trace.last_iteration` picks (the earliest such over
   ranks). A chosen iteration must be followed by another one or have every op
@@ -60,7 +73,7 @@ from dataclasses import replace
 
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.collective import Collective
-from optimizer_service.plan.trace import COMM_KINDS, DTYPE_BYTES, TRACE_FORMAT
+from optimizer_service.plan.trace import COMM_KINDS, DTYPE_BYTES, TRACE_FORMAT, passthrough_reason
 from optimizer_service.syndicate.dag import Node, TrainingDAG, comm, compute
 from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 
@@ -80,33 +93,67 @@ def _checked(function: Callable) -> Callable:
 @_checked
 def dag_from_traces(traces: Sequence[Mapping], iteration: int | None = None, name: str = "trace") -> TrainingDAG:
     """The training DAG of one iteration of ``traces`` (one parsed trace per rank)."""
-    chosen, per_rank = _iteration_ops(traces, iteration)
+    chosen, per_rank = iteration_ops(traces, iteration)
     ops = per_rank[0][1]
-    names = [f"{op['kind']}#{k}" for k, op in enumerate(ops)]
+    groups = [parallel_groups(per_rank, k, chosen) for k in range(len(ops))]
+    names = [node_names(op["kind"], k, found) for k, (op, found) in enumerate(zip(ops, groups))]
     nodes: list[Node] = []
     waited: list[str] = []
     total = 0.0
     earlier = _completed_before(per_rank, len(ops))
     for k in range(len(ops)):
-        extra = [names[j] for j in earlier.get(k, ())]
+        extra = [before for j in earlier.get(k, ()) for before in names[j]]
         if k == 0:
             seconds = max(max(0.0, _number(o[0].get("gap"))) for _, o in per_rank)
             nodes.append(compute("compute#0", seconds, previous=["step"]))
         else:
             seconds = max(_compute_before(o[k - 1], o[k]) for _, o in per_rank)
             if any(_blocking(o[k - 1], o[k]) for _, o in per_rank):
-                nodes.append(compute(f"compute#{k}", seconds, names[k - 1], *extra))
+                nodes.append(compute(f"compute#{k}", seconds, *names[k - 1], *extra))
             else:
                 nodes.append(compute(f"compute#{k}", seconds, f"compute#{k - 1}", *extra))
-                waited.append(names[k - 1])
+                waited.extend(names[k - 1])
         total += seconds
-        nodes.append(_op_node(k, names[k], [(r, o[k]) for r, o in per_rank], chosen))
-    nodes.append(compute("step", 0.0, f"compute#{len(ops) - 1}", *waited, names[-1]))
-    other = [n for n, op in zip(names, ops) if op["kind"] not in COMM_KINDS]
+        if ops[k]["kind"] in COMM_KINDS:
+            for node_name, group in zip(names[k], groups[k]):
+                copies = [(r, o[k]) for r, o in per_rank if tuple(o[k]["group"]) == group]
+                nodes.append(_op_node(k, node_name, copies, chosen))
+        else:
+            nodes.append(_op_node(k, names[k][0], [(r, o[k]) for r, o in per_rank], chosen))
+    nodes.append(compute("step", 0.0, f"compute#{len(ops) - 1}", *waited, *names[-1]))
+    other = [names[k][0] for k, op in enumerate(ops) if op["kind"] not in COMM_KINDS]
+    parallel = sum(1 for k, op in enumerate(ops) if op["kind"] in COMM_KINDS and len(groups[k]) > 1)
     description = (f"trace of {len(traces)} rank(s) (world size {traces[0]['world_size']}), iteration {chosen}, "
                    f"{len(ops)} ops ({len(ops) - len(other)} optimizable), {total:.6g} s of compute"
+                   + (f"; {parallel} on parallel subgroups" if parallel else "")
                    + (f"; not optimizable, timed as compute: {', '.join(other)}" if other else ""))
     return TrainingDAG(name, tuple(nodes), description)
+
+
+def node_names(kind: str, k: int, groups: Sequence[tuple[int, ...]]) -> list[str]:
+    """The DAG nodes of op ``k``: ``kind#k``, or one ``kind#k[ranks]`` per group
+    when the ranks ran the collective on parallel subgroups."""
+    if kind not in COMM_KINDS or len(groups) == 1:
+        return [f"{kind}#{k}"]
+    return [f"{kind}#{k}[{','.join(map(str, group))}]" for group in groups]
+
+
+def parallel_groups(per_rank: Sequence[tuple[int, Sequence[Mapping]]], k: int, iteration: int) -> list[tuple[int, ...]]:
+    """The groups the ranks ran op ``k`` on, sorted: one for a group every rank
+    is in, several for parallel subgroups (which must not overlap)."""
+    first: dict[tuple[int, ...], tuple[int, Mapping]] = {}
+    for rank, ops in per_rank:
+        group = tuple(int(g) for g in ops[k]["group"])
+        if group in first:
+            continue
+        clash = next((g for g in first if set(g) & set(group)), None)
+        if clash is not None:
+            other_rank, other = first[clash]
+            raise InvalidInputError(f"iteration {iteration}, op {k}: rank {rank} has {_describe(ops[k])} but rank "
+                                    f"{other_rank} has {_describe(other)}; the groups of one op must be the same "
+                                    f"or disjoint (traces of one run)")
+        first[group] = (rank, ops[k])
+    return sorted(first)
 
 
 @_checked
@@ -114,7 +161,7 @@ def trace_iteration_seconds(traces: Sequence[Mapping], iteration: int | None = N
     """Measured wall time of the iteration :func:`dag_from_traces` reads: the
     maximum over ranks from its first op's issue to the next iteration's first
     issue (to its last completion when no iteration follows)."""
-    chosen, per_rank = _iteration_ops(traces, iteration)
+    chosen, per_rank = iteration_ops(traces, iteration)
     spans = []
     for (_, ops), trace in zip(per_rank, traces):
         later = [op["issued"] for op in trace["ops"] if op["iteration"] > chosen]
@@ -132,6 +179,7 @@ def _op_node(k: int, name: str, copies: list[tuple[int, Mapping]], iteration: in
     where = f"rank {rank}, iteration {iteration}, op {name} ({kind} of {nbytes} bytes on group {group})"
     if not group or len(set(group)) != len(group):
         raise InvalidInputError(f"{where}: the group must list distinct global ranks; re-record the trace")
+    root = 0
     if motif_kind is Collective.BROADCAST:
         root = int(op.get("root", 0))
         if not 0 <= root < len(group):
@@ -139,11 +187,14 @@ def _op_node(k: int, name: str, copies: list[tuple[int, Mapping]], iteration: in
         group = group[root:] + group[:root]
     per = ELEMENT_BYTES * (len(group) if motif_kind is Collective.ALL_TO_ALL else 1)
     node = comm(name, motif_kind, group, -(-nbytes // per), f"compute#{k}")
-    return replace(node, element_bytes=DTYPE_BYTES.get(str(op.get("dtype", "float32")), ELEMENT_BYTES))
+    dtype = str(op.get("dtype", "float32"))
+    return replace(node, element_bytes=DTYPE_BYTES.get(dtype, ELEMENT_BYTES), passthrough=passthrough_reason(kind, dtype),
+                   root=root)
 
 
-def _iteration_ops(traces: Sequence[Mapping], iteration: int | None) -> tuple[int, list[tuple[int, list]]]:
-    """The chosen iteration and every rank's ops in it, checked to agree."""
+def iteration_ops(traces: Sequence[Mapping], iteration: int | None) -> tuple[int, list[tuple[int, list]]]:
+    """The chosen iteration (None: the last complete one) and every rank's ops in
+    it as ``(rank, ops)``, checked to agree (their groups: :func:`parallel_groups`)."""
     if not traces:
         raise InvalidInputError("no traces given; pass the parsed trace JSON of at least one rank")
     seen: dict[int, int] = {}
@@ -216,7 +267,8 @@ def _completed_before(per_rank: list[tuple[int, list]], count: int) -> dict[int,
 
 
 def _signature(op: Mapping) -> tuple:
-    return op["kind"], op["bytes"], list(op["group"]), op.get("root", 0) if op["kind"] == "broadcast" else 0
+    """What ranks must agree on about an op (its group may be a parallel subgroup: :func:`parallel_groups`)."""
+    return op["kind"], op["bytes"], len(op["group"]), op.get("root", 0) if op["kind"] == "broadcast" else 0
 
 
 def _describe(op: Mapping | None) -> str:

@@ -214,3 +214,37 @@ def test_a_recorded_trace_schedules_to_its_measured_iteration(monkeypatch):
     assert schedule(tasks).seconds == pytest.approx(iteration)
     tasks, _ = to_tasks(dag.unroll(2), {}, measured.__getitem__)
     assert schedule(tasks).seconds == pytest.approx(2 * iteration)
+
+
+def subgroup_traces():
+    """4 ranks, ``new_group`` style: a bucket all-reduce on [0,1] / [2,3], a gradient all-reduce on
+    [0,2] / [1,3], a barrier on the replica group, the loss all-reduce on the world."""
+    def ops_of(rank, start):
+        replica, peer = ((0, 1) if rank < 2 else (2, 3)), ((0, 2) if rank % 2 == 0 else (1, 3))
+        return [op("all_reduce", 400, start, start + 0.5, replica), op("all_reduce", 800, start + 1.0, start + 1.5, peer),
+                op("barrier", 0, start + 1.75, start + 2.0, replica), op("all_reduce", 4, start + 2.5, start + 2.75,
+                                                                         (0, 1, 2, 3))]
+    return [trace(ops_of(rank, 0.0), ops_of(rank, 10.0), ops_of(rank, 20.0)[:1], rank=rank, world_size=4)
+            for rank in range(4)]
+
+
+def test_parallel_subgroups_are_one_node_per_group_sharing_the_compute():
+    dag = dag_from_traces(subgroup_traces())
+    assert [n.name for n in dag.nodes] == [
+        "compute#0", "all_reduce#0[0,1]", "all_reduce#0[2,3]", "compute#1", "all_reduce#1[0,2]", "all_reduce#1[1,3]",
+        "compute#2", "barrier#2", "compute#3", "all_reduce#3", "step"]
+    assert node(dag, "all_reduce#0[2,3]").comm == comm_op(Collective.ALL_REDUCE, (2, 3), 100)
+    assert node(dag, "all_reduce#1[1,3]").comm == comm_op(Collective.ALL_REDUCE, (1, 3), 200)
+    assert node(dag, "all_reduce#3").comm == comm_op(Collective.ALL_REDUCE, (0, 1, 2, 3), 1)
+    assert node(dag, "compute#1").after == ("all_reduce#0[0,1]", "all_reduce#0[2,3]")   # blocking, on every rank
+    assert not node(dag, "barrier#2").is_comm and node(dag, "barrier#2").seconds == 0.25
+    assert "2 on parallel subgroups" in dag.description and "timed as compute: barrier#2" in dag.description
+
+
+def test_the_groups_of_one_op_must_be_equal_or_disjoint():
+    traces = subgroup_traces()
+    traces[2]["ops"][5]["group"] = [1, 2]       # rank 2's second op of iteration 1 overlaps [0,2] and [1,3]
+    with pytest.raises(InvalidInputError, match=r"iteration 1, op 1: rank 2 has all_reduce of 800 bytes on group "
+                                                r"\[1, 2\] but rank 0 has .* on group \[0, 2\]; the groups of one op "
+                                                r"must be the same or disjoint"):
+        dag_from_traces(traces)
