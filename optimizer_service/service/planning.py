@@ -39,8 +39,10 @@ class PlanningError(InvalidInputError):
 class SearchOutcome:
     """What one search found: Syndicate's plan (JSON, version 1 — the service
     numbers it) with its predicted steady-state iteration time, FIFO's
-    prediction for the same DAG (the passthrough order), every system's, and
-    the traced iteration's measured time."""
+    prediction for the same DAG (the passthrough order), every system's, the
+    traced iteration's measured time, and the ops of that iteration the plan
+    leaves to the inner backend with the reason (``passthrough``:
+    :meth:`optimizer_service.syndicate.passthrough.PassedThrough.to_dict`)."""
 
     plan_json: str
     predicted_seconds: float
@@ -52,13 +54,14 @@ class SearchOutcome:
     search_seconds: float
     channel_ratios: dict[int, float] = field(default_factory=dict)
     running_seconds: float | None = None
+    passthrough: tuple[dict, ...] = ()
 
     def to_dict(self) -> dict:
         return {"predicted_seconds": self.predicted_seconds, "fifo_seconds": self.fifo_seconds,
                 "measured_seconds": self.measured_seconds, "systems": dict(self.systems),
                 "comm_ops": self.comm_ops, "planned_ops": self.planned_ops, "search_seconds": self.search_seconds,
                 "channel_ratios": {str(c): r for c, r in self.channel_ratios.items()},
-                "running_seconds": self.running_seconds}
+                "running_seconds": self.running_seconds, "passthrough": [dict(entry) for entry in self.passthrough]}
 
 
 def search(traces: list[dict], topology_yaml: str, budget: float, seed: int,
@@ -72,6 +75,7 @@ def search(traces: list[dict], topology_yaml: str, budget: float, seed: int,
     from optimizer_service.hardware.topology import Topology
     from optimizer_service.plan import Plan
     from optimizer_service.syndicate.facade import plan_job
+    from optimizer_service.syndicate.passthrough import passed_through
     from optimizer_service.syndicate.plan_import import running_choice
     from optimizer_service.syndicate.refit import channel_ratios, refit
     from optimizer_service.syndicate.scheduler import Policy
@@ -89,9 +93,10 @@ def search(traces: list[dict], topology_yaml: str, budget: float, seed: int,
     if running is not None and running.ops:
         choice = running_choice(found.problem, running)
         running_seconds = None if choice is None else found.problem.steady_seconds(choice, Policy.CRITICAL_PATH)
+    passthrough = tuple(entry.to_dict() for entry in passed_through(traces, found.plan))
     return SearchOutcome(found.plan.to_json(), found.chosen.steady_seconds, systems["FIFO"],
                          found.measured_iteration_seconds, systems, len(found.problem.dag.comm_ops),
-                         len(found.plan.ops), time.perf_counter() - started, ratios, running_seconds)
+                         len(found.plan.ops), time.perf_counter() - started, ratios, running_seconds, passthrough)
 
 
 def resolve_topology(value: str) -> str:

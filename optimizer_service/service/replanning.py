@@ -62,6 +62,7 @@ from optimizer_service.plan import Plan
 from optimizer_service.service.jobs import Job
 from optimizer_service.service.planning import Planner, SearchOutcome, resolve_topology
 from optimizer_service.service.traces import TRACE_ITERATIONS
+from optimizer_service.syndicate.passthrough import summary as passthrough_summary
 
 if TYPE_CHECKING:
     from optimizer_service.service.core import ServiceCore
@@ -253,7 +254,8 @@ class JobLoop:
         refitted = ", ".join(f"channel {c} x{r:.2f}" for c, r in outcome.channel_ratios.items())
         reason = (f"search r{request}: {outcome.planned_ops} of {outcome.comm_ops} comm-ops planned in "
                   f"{outcome.search_seconds:.1f} s; the model predicts {outcome.predicted_seconds:.4f} s per "
-                  f"iteration ({running_text}FIFO {outcome.fifo_seconds:.4f} s){'; measured/predicted motif time: ' + refitted if refitted else ''}")
+                  f"iteration ({running_text}FIFO {outcome.fifo_seconds:.4f} s){'; measured/predicted motif time: ' + refitted if refitted else ''}"
+                  f"; {passthrough_summary(outcome.passthrough)}")
         event = self.core.events.publish(self.job.job_id, "searched", state.version, reason)
         self.core.store_event(self.job.job_id, {"unix": event.unix, "kind": "searched", "version": state.version,
                                                 "reason": reason, "iteration": self.policy.last_index,

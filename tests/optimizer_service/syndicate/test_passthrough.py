@@ -1,0 +1,94 @@
+"""Which ops of a traced iteration a plan leaves to the inner backend, and why (optimizer_service.syndicate.passthrough)."""
+
+from __future__ import annotations
+
+from optimizer_service.catalog import load_topology
+from optimizer_service.plan.plan import Plan
+from optimizer_service.plan.trace import passthrough_reason
+from optimizer_service.syndicate.facade import plan_job
+from optimizer_service.syndicate.passthrough import NOT_IN_PLAN, PassedThrough, passed_through, summary
+from optimizer_service.syndicate.plan_import import running_choice
+from tests.support.traces import op, trace
+
+TOPOLOGY = load_topology("hgx2-4n")
+WORLD = (0, 1, 2, 3)
+REDUCE = "reduce is not one the enforcer plans (all_reduce, broadcast, all_gather_into_tensor, reduce_scatter_tensor, " \
+         "all_to_all_single)"
+BARRIER = "not a collective the search decomposes (timed as compute)"
+INT64 = "int64 has 8-byte elements; plans carry 4-byte elements"
+
+
+def frozen() -> float:
+    return 0.0
+
+
+def hybrid_traces() -> list[dict]:
+    """4 ranks on ``new_group`` subgroups: a reduce then a bucket all-reduce on the replica group
+    ([0,1] / [2,3]), a gradient all-reduce on the peer group ([0,2] / [1,3]), a barrier, an int64
+    sample count and the loss on the world."""
+    def ops_of(rank: int, start: float) -> list[dict]:
+        replica, peer = ((0, 1) if rank < 2 else (2, 3)), ((0, 2) if rank % 2 == 0 else (1, 3))
+        barrier = dict(op("barrier", 0, start + 2.5, start + 2.75, WORLD), dtype="")
+        count = dict(op("all_reduce", 8, start + 3.0, start + 3.25, WORLD), dtype="int64")
+        return [op("reduce", 4096, start, start + 0.5, replica), op("all_reduce", 400_000, start + 0.75, start + 1.5,
+                                                                     replica),
+                op("all_reduce", 800_000, start + 1.75, start + 2.5, peer), barrier, count,
+                op("all_reduce", 4, start + 3.5, start + 3.75, WORLD)]
+    return [trace(ops_of(rank, 0.0), ops_of(rank, 10.0), ops_of(rank, 20.0)[:1], rank=rank, world_size=4)
+            for rank in range(4)]
+
+
+def test_the_reason_of_each_op_kind_and_dtype():
+    assert passthrough_reason("all_reduce", "float32") == passthrough_reason("all_to_all_single", "int32") == ""
+    assert passthrough_reason("all_gather", "float32") == (
+        "all_gather is not one the enforcer plans (all_reduce, broadcast, all_gather_into_tensor, "
+        "reduce_scatter_tensor, all_to_all_single)")
+    assert passthrough_reason("barrier", "") == BARRIER
+    assert passthrough_reason("all_to_all_single", "bfloat16") == "bfloat16 has 2-byte elements; plans carry 4-byte " \
+                                                                  "elements"
+
+
+def test_a_searched_plan_names_every_group_and_leaves_the_rest_with_its_reason():
+    traces = hybrid_traces()
+    job = plan_job(traces, TOPOLOGY, budget=1, seed=0, clock=frozen)
+    # One key per parallel subgroup; a key's seq counts the group's collectives (the reduce is seq 0).
+    assert sorted((op.key.group, op.key.seq, op.key.kind) for op in job.plan.ops) == [
+        ((0, 1), 1, "all_reduce"), ((0, 1, 2, 3), 1, "all_reduce"), ((0, 2), 0, "all_reduce"),
+        ((1, 3), 0, "all_reduce"), ((2, 3), 1, "all_reduce")]
+    passed = passed_through(traces, job.plan)
+    assert [(p.seq, p.kind, p.group, p.reason) for p in passed] == [
+        (0, "reduce", (0, 1), REDUCE), (0, "reduce", (2, 3), REDUCE), (3, "barrier", WORLD, BARRIER),
+        (4, "all_reduce", WORLD, INT64)]
+    assert passed[3].to_dict() == {"seq": 4, "kind": "all_reduce", "dtype": "int64", "bytes": 8, "group": [0, 1, 2, 3],
+                                   "reason": INT64}
+    assert str(passed[2]) == f"barrier#3 on [0,1,2,3] (0 B): {BARRIER}"
+    assert str(passed[0]) == f"reduce#0 on [0,1] (4,096 B float32): {REDUCE}"
+    assert running_choice(job.problem, job.plan) is not None    # the reduces have no key, and no option to read
+
+
+def test_ops_a_plan_has_no_entry_for_pass_through_too():
+    passed = passed_through(hybrid_traces(), Plan(1, 4, {0: None}, ()))
+    assert [(p.seq, p.group) for p in passed if p.reason == NOT_IN_PLAN] == [
+        (1, (0, 1)), (1, (2, 3)), (2, (0, 2)), (2, (1, 3)), (5, WORLD)]
+    assert len(passed) == 9
+
+
+def test_the_summary_names_the_first_ops_and_counts_the_rest():
+    entries = [PassedThrough(k, "reduce", "float32", 4, (0, 1), REDUCE).to_dict() for k in range(6)]
+    assert summary([]) == "no op passes through"
+    assert summary(entries[:1]) == f"1 op(s) pass through: reduce#0 on [0,1] (4 B float32): {REDUCE}"
+    text = summary(entries, limit=2)
+    assert text.startswith("6 op(s) pass through: reduce#0 on") and "reduce#1 on" in text
+    assert text.endswith("; and 4 more") and "reduce#2" not in text
+
+
+def test_a_broadcast_from_another_root_is_planned_under_its_own_group_and_root():
+    ops = [op("broadcast", 40_000, 0.0, 0.5, root=1), op("all_reduce", 400, 1.0, 1.5)]
+    later = [dict(o, issued=o["issued"] + 5, completed=o["completed"] + 5) for o in ops]
+    traces = [trace(ops, later, ops[:1], rank=rank) for rank in (0, 1)]
+    job = plan_job(traces, TOPOLOGY, budget=1, seed=0, clock=frozen)
+    assert [(op.key.seq, op.key.kind, op.key.group, op.key.root) for op in job.plan.ops] == [
+        (0, "broadcast", (0, 1), 1), (1, "all_reduce", (0, 1), 0)]
+    job.plan.ops[0].validate(10_000)            # the motifs broadcast from group position 1
+    assert passed_through(traces, job.plan) == []
+    assert running_choice(job.problem, job.plan) is not None    # read back, as the service prices a running plan
