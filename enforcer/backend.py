@@ -45,6 +45,7 @@ from torch._C._distributed_c10d import ProcessGroup
 from enforcer import inner, state
 from enforcer.works import all_of, on_complete
 from optimizer_service.plan import InvalidInputError
+from optimizer_service.plan.trace import COMM_KINDS
 
 log = logging.getLogger("enforcer")
 
@@ -140,15 +141,16 @@ class EnforcerGroup(ProcessGroup):
         """The common body of every op: record it in the trace (``tensor`` gives its dtype and
         picks the inner backend), hand it to the plan runtime when ``planned`` (the arguments
         :meth:`enforcer.runtime.PlanRuntime.submit` takes) and a plan takes it, else ``run``
-        it on the inner backend; the Work returned records the op's completion."""
+        it on the inner backend; the Work returned records the op's completion. A collective
+        that cannot be planned is still shown to the runtime, which counts it."""
         state.entered()
         record = self.tracer.issue(kind, "" if tensor is None else _dtype(tensor), nbytes, self.ranks,
                                    self.group_label)
         if root is not None:
             record.root = root
         runtime = self.runtime
-        if planned is not None and runtime is not None:
-            work = runtime.submit(kind, record, *planned)
+        if runtime is not None and (planned is not None or kind in COMM_KINDS):
+            work = runtime.submit(kind, record, *(planned or ()))   # it counts the group's collectives
             if work is not None:
                 return work
         tracer = self.tracer

@@ -4,14 +4,16 @@ Phase one of the two-phase commit (``optimizer_service/control/PROTOCOL.md``
 §2): a rank votes yes only once the plan's channel backends are made. That is
 collective among each backend's members, and slow (a gloo rendezvous), so it
 runs on a *builder thread* per plan — never on the training thread — and the
-:class:`~enforcer.runtime.PlanRuntime` it makes is kept, not started, until
-the in-band check switches to it (:mod:`enforcer.switching`).
+runtimes it makes (:class:`~enforcer.plan_groups.PlanRuntimes`: the default
+group's and every subgroup's the plan names) are kept, not started, until the
+in-band check switches to them (:mod:`enforcer.switching`).
 
 Two things make builds of one version meet on every rank:
 
 * **Store keys named by the version.** Versions are unique within a job, so the
-  backends' keys are ``p2svc/v{version}/ch{channel}/{members}/`` however many
-  plans each rank installed before (``install_plan`` counts installs instead).
+  backends' keys are ``p2svc/v{version}/ch{channel}/{members}/`` (a subgroup's
+  under ``p2svc/v{version}/g{ranks}/``) however many plans each rank installed
+  before (``install_plan`` counts installs instead).
 * **A ready barrier first.** A rank whose validation fails votes no without
   building, and its peers would wait in the rendezvous for it. So before making
   any backend, each rank sets ``p2svc/v{version}/ready/{rank}`` and waits
@@ -43,7 +45,8 @@ from collections.abc import Callable
 
 import torch.distributed as dist
 
-from enforcer.runtime import PlanRuntime
+from enforcer import plan_groups
+from enforcer.plan_groups import PlanRuntimes
 from optimizer_service.control.participant import Built
 from optimizer_service.plan import Plan, PlanError
 
@@ -73,7 +76,7 @@ class PreparedPlans:
         self.prepare_timeout = prepare_timeout
         self._lock = threading.Lock()
         self._building: dict[int, threading.Event] = {}      # version -> its abort flag
-        self._built: dict[int, PlanRuntime] = {}
+        self._built: dict[int, PlanRuntimes] = {}
         self._closed = False
         self._connections: list[dist.Store] = []              # idle store connections for builds
 
@@ -97,8 +100,8 @@ class PreparedPlans:
         if runtime is not None:
             threading.Thread(target=runtime.close, daemon=True, name=f"p2enforcer-discard-v{version}").start()
 
-    def take(self, version: int) -> PlanRuntime | None:
-        """The built runtime of ``version``, handed over (not started), or None."""
+    def take(self, version: int) -> PlanRuntimes | None:
+        """The built runtimes of ``version``, handed over (not started), or None."""
         with self._lock:
             return self._built.pop(version, None)
 
@@ -120,7 +123,7 @@ class PreparedPlans:
 
     # ------------------------------------------------------------ the builder
     def _build(self, version: int, plan: Plan, abort: threading.Event, report: Callable[[Built], None]) -> None:
-        runtime, reason = None, ""
+        built, reason = None, ""
         started = time.perf_counter()
         with self._lock:
             connection = self._connections.pop() if self._connections else None
@@ -130,7 +133,7 @@ class PreparedPlans:
             store = dist.PrefixStore(store_prefix(version), connection)
             reason = self._meet(store, version, abort)
             if not reason:
-                runtime = PlanRuntime(self.group, plan, store_prefix="", store=store)
+                built = plan_groups.build(self.group, plan, store)
         except PlanError as error:
             reason = str(error)
         except Exception as error:  # noqa: BLE001 — a failed build is a no vote, never a dead thread
@@ -141,17 +144,18 @@ class PreparedPlans:
             if connection is not None:
                 self._connections.append(connection)
             closed = self._closed
-            if runtime is not None and not closed:
-                self._built[version] = runtime
-        if runtime is not None and closed:
-            runtime.close()
+            if built is not None and not closed:
+                self._built[version] = built
+        if built is not None and closed:
+            built.close()
             return
-        if runtime is not None:
-            log.info("p2enforcer: rank %d built plan v%d in %.2f s (%d ops, channels %s)", self.group.rank(), version,
-                     time.perf_counter() - started, len(runtime.ops), sorted(runtime.comms_by_channel))
+        if built is not None:
+            log.info("p2enforcer: rank %d built plan v%d in %.2f s (%d ops on %d group(s), channels %s)",
+                     self.group.rank(), version, time.perf_counter() - started, built.ops, len(built.runtimes),
+                     built.channels)
         else:
             log.warning("p2enforcer: rank %d did not build plan v%d: %s", self.group.rank(), version, reason)
-        report(Built(version, runtime is not None, reason))
+        report(Built(version, built is not None, reason))
 
     def _meet(self, store: dist.Store, version: int, abort: threading.Event) -> str:
         """The ready barrier: "" once every rank said it builds ``version``, else why not."""

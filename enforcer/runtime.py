@@ -201,6 +201,7 @@ class PlanRuntime:
         self._queues: dict[int, deque[tuple[_Submitted, int]]] = {c: deque() for c in self.comms_by_channel}
         self._queue_cond = threading.Condition()
         self._threads: list[threading.Thread] = []
+        self.from_service = False               # built for a plan the service prepared (enforcer.plan_groups)
 
     def start(self) -> None:
         """Start the dispatcher and one worker per channel (once)."""
@@ -247,7 +248,10 @@ class PlanRuntime:
 
     # -------------------------------------------------------------- submit
     def submit(self, kind: str, record: OpRecord, *args) -> dist.Work | None:
-        """Take over an op the plan names; ``None`` means: pass it through."""
+        """Take over an op the plan names; ``None`` means: pass it through. Every
+        collective of the group comes here (without ``args`` when it cannot be
+        planned), so sequence numbers count what a plan's keys count: the
+        group's collectives (:data:`optimizer_service.plan.trace.COMM_KINDS`) in the iteration."""
         with self._cond:
             seq = self._seq
             self._seq += 1
@@ -257,7 +261,7 @@ class PlanRuntime:
                 self._iterations.append(_Iteration())
                 self._seq = 0
         plan_kind = PLAN_KIND.get(kind)
-        op_index = None if plan_kind is None else self.index.get((seq, plan_kind))
+        op_index = None if plan_kind is None or not args else self.index.get((seq, plan_kind))
         submitted = None if op_index is None else self._prepare(op_index, self.ops[op_index], record, args)
         with self._cond:
             if submitted is not None:

@@ -70,13 +70,13 @@ def min_over_ranks(group, value: int) -> int:
 
 
 def swap(group, link, version: int, iteration: int) -> None:
-    """Run ``version``'s prebuilt runtime from this boundary on (the old one is closed)."""
-    runtime = link.plans.take(version)
-    if runtime is None:         # agree() said it is built: the runtime must be there
+    """Run ``version``'s prebuilt runtimes from this boundary on, on the default
+    group and every subgroup the plan names (:mod:`enforcer.plan_groups`; the old ones are closed)."""
+    runtimes = link.plans.take(version)
+    if runtimes is None:        # agree() said it is built: the runtimes must be there
         raise SwitchError(f"rank {group.rank()} must switch to plan v{version} at iteration {iteration} but its "
                           "runtime is gone")
-    runtime.start()
-    group.replace_runtime(runtime)
+    runtimes.install()
     group.tracer.switched(version, iteration)
-    log.info("p2enforcer: rank %d switched to plan v%d at iteration %d (%d planned ops, channels %s)",
-             group.rank(), version, iteration, len(runtime.ops), sorted(runtime.comms_by_channel))
+    log.info("p2enforcer: rank %d switched to plan v%d at iteration %d (%d planned ops on %d group(s), channels %s)",
+             group.rank(), version, iteration, runtimes.ops, len(runtimes.runtimes), runtimes.channels)
