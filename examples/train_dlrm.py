@@ -65,7 +65,6 @@ import itertools
 import math
 import os
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
@@ -75,8 +74,6 @@ import training
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from train_ddp import build_mlp
-
-import enforcer
 
 # The tables learn with sparse Adagrad, as DLRM implementations' tables usually do: a row's
 # gradient holds only the few samples that looked it up (divided by the global batch), so
@@ -296,8 +293,8 @@ def train(args: argparse.Namespace) -> dict:
     if rank == 0:
         print(shape.describe(world_size), flush=True)
     batches = synthetic_batches(shape, rank)
-    losses, step_seconds, plan_versions = [], [], []
-    start = last = time.perf_counter()
+    losses = []
+    clock = training.StepClock()
     for step in range(1, args.steps + 1):
         dense, indices, clicks = next(batches)
         for optimizer in optimizers:
@@ -307,12 +304,8 @@ def train(args: argparse.Namespace) -> dict:
         loss.backward()
         embeddings.average_gradients()
         losses.append(training.finish_step(step, loss, optimizers))
-        now = time.perf_counter()
-        step_seconds.append(now - last)
-        plan_versions.append(enforcer.plan_version())
-        last = now
-    return {**training.summary(args, losses, time.perf_counter() - start), "model": shape.as_json(),
-            "step_seconds": step_seconds, "plan_versions": plan_versions}
+        clock.tick()
+    return {**training.summary(args, losses, clock.elapsed()), **clock.as_json(), "model": shape.as_json()}
 
 
 def main(argv: list[str] | None = None) -> int:

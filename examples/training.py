@@ -2,15 +2,26 @@
 
 ``train_ddp.py`` and ``train_fsdp.py`` differ only in the model and how it is
 wrapped; each calls :func:`main` with its own description and model builder.
-``train_dlrm.py`` has its own loop (two model halves, its own data) but the
-same flags (:func:`parse_args` with its model's), start-up and shut-down
-(:func:`run`), step end (:func:`finish_step`) and JSON (:func:`summary`).
+``train_hybrid.py`` runs the same loop (:func:`train`) with a gradient
+average across its subgroups after each backward pass. ``train_dlrm.py`` has
+its own loop (two model halves, its own data) but the same flags
+(:func:`parse_args` with its model's), start-up and shut-down (:func:`run`),
+step end (:func:`finish_step`), JSON (:func:`summary`) and per-step record
+(:class:`StepClock`).
 Every rank builds the same model (fixed seed), draws its own deterministic
 synthetic batches (seed + rank) from a fixed random "teacher" network, and
 trains with SGD. Each step the loss is averaged over the ranks (one more
 all-reduce, before the iteration boundary so every collective of step K
 belongs to iteration K) and rank 0 prints ``step K loss X``; with ``--json OUT``
-rank 0 writes ``{"backend", "world_size", "steps", "losses", "seconds"}``.
+rank 0 writes ``{"backend", "world_size", "steps", "losses", "seconds",
+"step_seconds", "plan_versions"}`` (per step: its wall time on rank 0, and the
+version of the plan the enforcer ran it under, 0 in passthrough;
+:func:`summary` and :class:`StepClock`).
+
+``--after-plan N`` (the scripts that use :func:`train`) ends the run N
+steps after the first step that ran under a plan the optimizer service
+committed (``P2_SERVICE``), or at ``--steps``. Every rank switches plans at the
+same iteration, so every rank stops at the same step without asking the others.
 """
 
 from __future__ import annotations
@@ -103,24 +114,77 @@ def finish_step(step: int, loss: torch.Tensor, optimizers: Sequence[torch.optim.
 
 def summary(args: argparse.Namespace, losses: list[float], seconds: float) -> dict:
     """What ``--json`` holds (a script may add its own keys)."""
-    return {"backend": args.backend, "world_size": dist.get_world_size(), "steps": args.steps, "losses": losses,
+    return {"backend": args.backend, "world_size": dist.get_world_size(), "steps": len(losses), "losses": losses,
             "seconds": seconds}
 
 
-def train(args: argparse.Namespace, build_model: Callable[[], nn.Module], width: int) -> dict:
+class StepClock:
+    """Per step, its wall time and the plan version the enforcer ran it under (``--json``'s
+    ``step_seconds`` and ``plan_versions``); :meth:`tick` after each step's :func:`finish_step`."""
+
+    def __init__(self) -> None:
+        self.start = self.last = time.perf_counter()
+        self.step_seconds: list[float] = []
+        self.plan_versions: list[int] = []
+        self._running = enforcer.plan_version()
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        self.step_seconds.append(now - self.last)
+        self.plan_versions.append(self._running)
+        # Plans switch only in enforcer.step(), at the step's end: what runs now is the next step's.
+        self._running = enforcer.plan_version()
+        self.last = now
+
+    def steps_under_a_plan(self) -> int:
+        """Steps since the first one that ran a plan (0 before any did)."""
+        first = next((k for k, version in enumerate(self.plan_versions) if version > 0), None)
+        return 0 if first is None else len(self.plan_versions) - first
+
+    def elapsed(self) -> float:
+        """Seconds since the clock started (before the first step)."""
+        return time.perf_counter() - self.start
+
+    def as_json(self) -> dict:
+        return {"step_seconds": self.step_seconds, "plan_versions": self.plan_versions}
+
+
+def add_loop_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of the shared loop (:func:`train`) beyond :func:`parse_args`'s."""
+    parser.add_argument("--after-plan", type=_count, metavar="N",
+                        help="end N steps after the first step that ran a plan the optimizer service committed "
+                             "(P2_SERVICE), or at --steps")
+
+
+def _count(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def train(args: argparse.Namespace, build_model: Callable[[], nn.Module], width: int,
+          after_backward: Callable[[nn.Module], None] | None = None) -> dict:
+    """The shared loop: ``--steps`` steps of SGD on ``build_model()`` (or fewer with ``--after-plan``);
+    ``after_backward(model)`` runs between each backward pass and the step's end (:func:`finish_step`)."""
     torch.manual_seed(MODEL_SEED)
     model = build_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     batches = synthetic_batches(dist.get_rank(), width)
     losses = []
-    start = time.perf_counter()
+    clock = StepClock()
     for step in range(1, args.steps + 1):
         inputs, targets = next(batches)
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.mse_loss(model(inputs), targets)
         loss.backward()
+        if after_backward is not None:
+            after_backward(model)
         losses.append(finish_step(step, loss, [optimizer]))
-    return summary(args, losses, time.perf_counter() - start)
+        clock.tick()
+        if args.after_plan is not None and clock.steps_under_a_plan() > args.after_plan:
+            break
+    return {**summary(args, losses, clock.elapsed()), **clock.as_json()}
 
 
 def write_json(path: str, result: dict) -> None:
@@ -159,4 +223,5 @@ def run(args: argparse.Namespace, train_job: Callable[[argparse.Namespace], dict
 
 
 def main(description: str, build_model: Callable[[], nn.Module], width: int, argv: list[str] | None = None) -> int:
-    return run(parse_args(description, argv), lambda args: train(args, build_model, width))
+    """A DDP or FSDP2 script: the shared flags (and ``--after-plan``), then :func:`run` of :func:`train`."""
+    return run(parse_args(description, argv, add_loop_flags), lambda args: train(args, build_model, width))

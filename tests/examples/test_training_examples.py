@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -63,14 +64,15 @@ def unavailable(backend: str) -> str | None:
     return f"{backend} cannot be initialized: {lines[-1]}"
 
 
-def rank_command(script: str, backend: str, steps: int, json_path: Path | None) -> list[str]:
-    command = [sys.executable, str(EXAMPLES / script), "--backend", backend, "--steps", str(steps)]
+def rank_command(script: str, backend: str, steps: int, json_path: Path | None, flags: Sequence[str] = ()) -> list[str]:
+    command = [sys.executable, str(EXAMPLES / script), "--backend", backend, "--steps", str(steps), *flags]
     return command + (["--json", str(json_path)] if json_path else [])
 
 
 def run_job(script: str, backend: str, world_size: int, steps: int, folder: Path,
-            extra_env: dict[str, str] | None = None) -> tuple[dict, list[str]]:
-    """Run ``script`` as ``world_size`` ranks; returns rank 0's JSON and every rank's output.
+            extra_env: dict[str, str] | None = None, flags: Sequence[str] = ()) -> tuple[dict, list[str]]:
+    """Run ``script`` as ``world_size`` ranks (with the script's own ``flags``); returns rank 0's JSON
+    and every rank's output.
 
     The first rank to fail (or a job past ``RUN_TIMEOUT``) kills the others and
     fails the test with that rank's output.
@@ -90,7 +92,7 @@ def run_job(script: str, backend: str, world_size: int, steps: int, folder: Path
         for rank, log in enumerate(logs):
             with log.open("w") as out:
                 procs.append(subprocess.Popen(
-                    rank_command(script, backend, steps, json_path), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                    rank_command(script, backend, steps, json_path, flags), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                     env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}))
         deadline = time.monotonic() + RUN_TIMEOUT
         while True:
@@ -146,7 +148,7 @@ def test_help_describes_the_flags(script):
     result = subprocess.run([sys.executable, str(EXAMPLES / script), "--help"], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    for flag in ("--backend", "--steps", "--json", "P2_EXAMPLE_BACKEND", "torchrun", "p2 cluster run"):
+    for flag in ("--backend", "--steps", "--json", "--after-plan", "P2_EXAMPLE_BACKEND", "torchrun", "p2 cluster run"):
         assert flag in result.stdout
 
 
