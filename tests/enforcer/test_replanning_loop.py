@@ -66,12 +66,16 @@ def test_the_service_plans_and_commits_a_live_job_by_itself(tmp_path):
     assert shown.returncode == 0 and len(shown.stdout.splitlines()) == 2, shown.stdout + shown.stderr
     assert all(line.split()[3] in set(kinds) for line in shown.stdout.splitlines()), shown.stdout
     assert unknown.returncode != 0 and "no-such-job" in unknown.stderr and len(unknown.stderr.splitlines()) == 1
-    assert kinds[:4] == ["replan", "searched", "commit", "committed"], events
+    assert kinds[:2] == ["replan", "searched"] and "commit" in kinds, events
     assert events[0]["trigger"] == "first" and all(event["reason"] for event in events)
-    assert events[1]["version"] == version and events[1]["search"]["predicted_seconds"] > 0
-    assert events[2]["version"] == version and "predicted gain" in events[2]["reason"]
+    # the first search may predict no gain at all (min_gain=0 still asks for more than 0): a later one commits
+    first_commit = kinds.index("commit")
+    searched = [event for event in events[:first_commit] if event["kind"] == "searched"][-1]
+    assert searched["version"] == version and searched["search"]["predicted_seconds"] > 0
+    assert events[first_commit]["version"] == version and "predicted gain" in events[first_commit]["reason"]
+    assert "committed" in kinds[first_commit:], events
     if "rollback" in kinds:         # passthrough measured faster: back to it, under a new version
         assert switches[1][1] > version and "passthrough" in events[kinds.index("rollback")]["reason"]
-    assert state["decision"] == "commit" and state["origin"] == "search r1"
+    assert state["decision"] == "commit" and state["origin"].startswith("search r")
     assert state["predicted_seconds"] > 0 and state["measured_seconds"] > 0 and plan is not None
     assert "replan" in log and "commit" in log
