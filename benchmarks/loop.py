@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 
 from deploy.emulated import can_manage_namespaces, create_cluster, destroy_cluster, run_ranks
-from optimizer_service.cli.demo_report import OFFLINE_PLAN
+from optimizer_service.cli.demo_report import OFFLINE_PLAN, prediction_error
 from optimizer_service.cli.demo_run import JOBS
 from optimizer_service.service.store.sqlite_store import SqlitePlanStore
 
@@ -80,12 +80,14 @@ def head_to_head(report: dict, work: Path, steps: int, rounds: int) -> dict:
     cluster = report["cluster"]
     info = create_cluster(H2H_CLUSTER, cluster["nodes"], cluster["per_node"], cluster["nic_bytes_per_second"],
                           cluster["nic2_bytes_per_second"] / cluster["throttle"])
+    paths = {name: work / f"h2h-{name}.json" for name in plans}
+    for name, path in paths.items():
+        path.write_text(plans[name])
     seconds: dict[str, list[float]] = {name: [] for name in plans}
     try:
         for round_ in range(rounds):
-            for name, text in plans.items():
-                path, out = work / f"h2h-{name}.json", work / f"h2h-{name}-{round_}.out.json"
-                path.write_text(text)
+            for name, path in paths.items():
+                out = work / f"h2h-{name}-{round_}.out.json"
                 command = [sys.executable, str(ROOT / "examples" / JOBS[job]), "--backend", "p2enforcer", "--steps",
                            str(steps), "--json", str(out)]
                 with (work / "h2h.log").open("a") as log:
@@ -103,14 +105,9 @@ def head_to_head(report: dict, work: Path, steps: int, rounds: int) -> dict:
 def figures(report: dict, h2h: dict) -> dict:
     phases = {phase["name"]: phase for phase in report["phases"]}
 
-    def error(name: str) -> float | None:
-        phase = phases[name]
-        if phase["measured_iteration_seconds"] and phase["predicted_iteration_seconds"]:
-            return phase["predicted_iteration_seconds"] / phase["measured_iteration_seconds"] - 1
-        return None
-
     return {"job": report["job"]["id"], "emulated": report["cluster"]["emulated"], "speedup": report["speedup"],
-            "first_plan_prediction_error": error("first-plan"), "replanned_prediction_error": error("replanned"),
+            "first_plan_prediction_error": prediction_error(phases["first-plan"]),
+            "replanned_prediction_error": prediction_error(phases["replanned"]),
             "passthrough_seconds": phases["passthrough"]["measured_iteration_seconds"],
             "first_plan_seconds": phases["first-plan"]["measured_iteration_seconds"],
             "first_plan_predicted_seconds": phases["first-plan"]["predicted_iteration_seconds"],

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -46,7 +47,7 @@ TRACE_DIR = "traces-changed"
 PHASES = ("passthrough", "first-plan", "changed", "replanned")
 
 
-def drop_rate(drops: list[tuple[int, dict[int, int]]], first: int, last: int) -> dict[str, float] | None:
+def drop_rate(drops: Sequence[tuple[int, dict[int, int]]], first: int, last: int) -> dict[str, float] | None:
     """Per channel, packets dropped per iteration between steps ``first`` and
     ``last`` from the demo's ``(step, drops so far)`` samples (None without two around them)."""
     before = [sample for sample in drops if sample[0] < first]
@@ -58,7 +59,7 @@ def drop_rate(drops: list[tuple[int, dict[int, int]]], first: int, last: int) ->
 
 
 def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict],
-           drops: list[tuple[int, dict[int, int]]] = ()) -> list[dict]:
+           drops: Sequence[tuple[int, dict[int, int]]] = ()) -> list[dict]:
     seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
     steps = range(1, len(seconds) + 1)
 
@@ -98,7 +99,7 @@ def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]
                      "first_step": picked[0] if picked else None, "last_step": picked[-1] if picked else None,
                      "measured_iteration_seconds": statistics.median(seconds[s - 1] for s in picked) if picked else None,
                      "predicted_iteration_seconds": predicted,
-                     "nic_drops_per_iteration": drop_rate(list(drops), picked[0], picked[-1]) if picked else None})
+                     "nic_drops_per_iteration": drop_rate(drops, picked[0], picked[-1]) if picked else None})
     return rows
 
 
@@ -150,6 +151,12 @@ def offline_best(work: Path, topology_path: Path, throttle: float, budget: float
     return found.chosen.steady_seconds
 
 
+def prediction_error(row: dict) -> float | None:
+    """A phase's predicted over measured iteration time, minus 1 (None without both)."""
+    measured, predicted = row["measured_iteration_seconds"], row["predicted_iteration_seconds"]
+    return predicted / measured - 1 if measured and predicted else None
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value * 1e3:.1f} ms"
 
@@ -158,7 +165,8 @@ def table(rows: list[dict]) -> str:
     lines = [f"{'phase':<13} {'plan':>5} {'steps':>6} {'measured':>11} {'predicted':>11} {'error':>6}  NIC drops/it"]
     for row in rows:
         measured, predicted = row["measured_iteration_seconds"], row["predicted_iteration_seconds"]
-        error = f"{(predicted / measured - 1) * 100:+.0f} %" if measured and predicted else "-"
+        off = prediction_error(row)
+        error = "-" if off is None else f"{off * 100:+.0f} %"
         plan = "-" if row["plan_version"] is None else f"v{row['plan_version']}"
         rates = row.get("nic_drops_per_iteration")
         drops = " + ".join(f"{rate:.1f}" for rate in rates.values()) if rates else "-"

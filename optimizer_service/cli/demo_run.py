@@ -212,8 +212,8 @@ class DemoRun:
                 raise JobFailedError(f"the demo's job did not finish within {config.timeout:g} s")
         if store is not None:
             self._poll_events(store)
-            plans = {stored.version: state for stored in store.list_plans(self.config.job)
-                     if (state := store.get_plan_state(self.config.job, stored.version)) is not None}
+            plans = {stored.version: state for stored in store.list_plans(config.job)
+                     if (state := store.get_plan_state(config.job, stored.version)) is not None}
             store.close()
         else:
             plans = {}
