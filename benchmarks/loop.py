@@ -108,6 +108,9 @@ def figures(report: dict, h2h: dict) -> dict:
     return {"job": report["job"]["id"], "emulated": report["cluster"]["emulated"], "speedup": report["speedup"],
             "first_plan_prediction_error": prediction_error(phases["first-plan"]),
             "replanned_prediction_error": prediction_error(phases["replanned"]),
+            "passthrough_model_error": prediction_error(phases["passthrough"], "model_iteration_seconds"),
+            "first_plan_model_error": prediction_error(phases["first-plan"], "model_iteration_seconds"),
+            "replanned_model_error": prediction_error(phases["replanned"], "model_iteration_seconds"),
             "passthrough_seconds": phases["passthrough"]["measured_iteration_seconds"],
             "first_plan_seconds": phases["first-plan"]["measured_iteration_seconds"],
             "first_plan_predicted_seconds": phases["first-plan"]["predicted_iteration_seconds"],
@@ -201,6 +204,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{fmt(row['ratio_to_offline_best'], '.2f'):>9} {fmt(row['measured_ratio_to_offline_best'], '.2f'):>8} "
               f"{fmt(row['seconds_to_first_commit'], '.1f'):>8}s  "
               + ", ".join(drops_text(drops.get(name)) for name in ("passthrough", "first-plan", "changed", "replanned")))
+    errors = [f"{row['job']}: " + ", ".join(f"{name} {fmt(row[key + '_model_error'], '+.0%')}" for name, key in
+                                            (("passthrough", "passthrough"), ("first plan", "first_plan"),
+                                             ("replanned", "replanned")))
+              for row in rows]
+    print("model error (the model's own time over the measured one, minus 1): " + "; ".join(errors))
     if not all(row["emulated"] for row in rows):
         print("loopback runs (not root): no NICs, so these figures say nothing about speed-ups")
     print(f"wrote {args.out / 'loop.json'} and {args.out / 'loop.png'}")

@@ -16,9 +16,14 @@ NICs' ``tbf`` queues dropped per iteration over its steps (each drop costs a
 TCP flow a retransmission, at least 200 ms when it ends a burst: a cost no
 fluid cost model has; None on loopback).
 
-Each phase's measured iteration time is the median of its steps; its predicted
-one is the service's prediction for that plan (for passthrough: the first
-search's FIFO prediction for the traced order). ``speedup`` is passthrough's
+Each phase's measured iteration time is the median of its steps. Its
+``model_iteration_seconds`` is the live search's model time for that plan (for
+passthrough: the first search's model time of the traced job with nothing
+planned, its ``running_seconds``); its ``predicted_iteration_seconds`` is what
+the service expected when it committed the plan: the model's ratio of that plan
+to the one running then, times the running one's measured median
+(:func:`optimizer_service.control.policy._expected`; passthrough's is the
+model's). ``speedup`` is passthrough's
 median over the first plan's. ``replan.iterations_to_commit``: iterations from
 the change to the service's commit of the replanned plan.
 ``replan.ratio_to_offline_best``: the model's time for the replanned plan (the
@@ -85,20 +90,22 @@ def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]
                     and (after is None or s < after)],
         "replanned": [s for s in steps if after and s >= after and v(s) == replanned and since_switch(s) >= SETTLE],
     }
-    fifo = next((e["search"]["fifo_seconds"] for e in events if e["kind"] == "searched" and "search" in e), None)
+    first_search = next((e["search"] for e in events if e["kind"] == "searched" and "search" in e), {})
+    unplanned = first_search.get("running_seconds", first_search.get("fifo_seconds"))
     version = {"passthrough": 0, "first-plan": first, "changed": at_change, "replanned": replanned}
     rows = []
     for name in PHASES:
         picked = chosen[name]
         plan = version[name]
-        predicted = fifo if plan == 0 else (plans.get(plan) or {}).get("predicted_seconds")
+        predicted = unplanned if plan == 0 else (plans.get(plan) or {}).get("predicted_seconds")
         if plan is not None and plan > 0 and predicted is None:     # a rollback to passthrough: an empty plan
             origin = (plans.get(plan) or {}).get("origin", "")
-            predicted = fifo if origin == "rollback to v0" else None
+            predicted = unplanned if origin == "rollback to v0" else None
         rows.append({"name": name, "plan_version": plan, "steps": len(picked),
                      "first_step": picked[0] if picked else None, "last_step": picked[-1] if picked else None,
                      "measured_iteration_seconds": statistics.median(seconds[s - 1] for s in picked) if picked else None,
                      "predicted_iteration_seconds": predicted,
+                     "model_iteration_seconds": unplanned if plan == 0 else model_seconds(events, plan),
                      "nic_drops_per_iteration": drop_rate(drops, picked[0], picked[-1]) if picked else None})
     return rows
 
@@ -151,9 +158,9 @@ def offline_best(work: Path, topology_path: Path, throttle: float, budget: float
     return found.chosen.steady_seconds
 
 
-def prediction_error(row: dict) -> float | None:
-    """A phase's predicted over measured iteration time, minus 1 (None without both)."""
-    measured, predicted = row["measured_iteration_seconds"], row["predicted_iteration_seconds"]
+def prediction_error(row: dict, field: str = "predicted_iteration_seconds") -> float | None:
+    """A phase's predicted (or ``field``) over measured iteration time, minus 1 (None without both)."""
+    measured, predicted = row["measured_iteration_seconds"], row.get(field)
     return predicted / measured - 1 if measured and predicted else None
 
 

@@ -70,7 +70,8 @@ def search(traces: list[dict], topology_yaml: str, budget: float, seed: int,
     the plan the traces ran, the topology's channels are first re-fitted to the
     motif times measured (:mod:`optimizer_service.syndicate.refit`).
     ``running_seconds`` is the model's time of the running plan priced the same
-    way (:mod:`optimizer_service.syndicate.plan_import`; FIFO's without one), or
+    way (:mod:`optimizer_service.syndicate.plan_import`; without one, passthrough's:
+    every op's library default in program order), or
     None when the plan cannot be read back on this DAG."""
     from optimizer_service.hardware.topology import Topology
     from optimizer_service.plan import Plan
@@ -89,7 +90,10 @@ def search(traces: list[dict], topology_yaml: str, budget: float, seed: int,
         topology = refit(topology, ratios)
     found = plan_job(traces, topology, budget=budget, seed=seed, name="live")
     systems = {result.name: result.steady_seconds for result in found.results}
-    running_seconds: float | None = systems["FIFO"]
+    # Nothing planned runs every op's first option (the library's own algorithm, whole, on
+    # channel 0) in the program's order: gloo's ring, not FIFO's greedy pick among P²'s programs.
+    running_seconds: float | None = found.problem.steady_seconds([0] * len(found.problem.options),
+                                                                 Policy.FIFO, framework_order=True)
     if running is not None and running.ops:
         choice = running_choice(found.problem, running)
         running_seconds = None if choice is None else found.problem.steady_seconds(choice, Policy.CRITICAL_PATH)

@@ -29,12 +29,27 @@ Our readings of a trace (its ops in program order ``o_0 .. o_{K-1}``):
   program position. It occupies the compute stream, so an overlapped one is
   serialised with compute (pessimistic).
 * **Blocking.** ``o_k`` is blocking when ``o_{k+1}`` was issued after ``o_k``
-  completed (``gap >= 0``) on some rank. The compute before ``o_{k+1}``
-  (``compute#{k+1}``) is then ``gap`` seconds and depends on ``o_k``;
-  otherwise it is ``issued_{k+1} - issued_k`` and depends on ``compute#k``
-  only (one compute stream, program order). Ops that are not blocking, ops
-  that never completed, and the last op are waited for at the iteration's end
-  by a zero-second compute node ``step``, which also follows the last compute.
+  completed (``gap >= -TIE_SECONDS``) on some rank. ``compute#{k+1}`` then
+  depends on ``o_k``; otherwise on ``compute#k`` only (one compute stream,
+  program order). Ops that are not blocking, ops that never completed, and
+  the last op are waited for at the iteration's end by a zero-second compute
+  node ``step``, which also follows the last compute.
+* **Ties.** An op's ``completed`` is stamped when the enforcer sees it
+  complete (a future's callback); the program, woken by the same completion,
+  may issue its next op a few hundred microseconds *before* that stamp
+  (measured on the emulated 2 × 4 cluster: DDP's loss all-reduce follows its
+  last bucket by -0.7 .. +1.9 ms, either sign). So a completion up to
+  :data:`TIE_SECONDS` after an issue still counts as before it. Without this,
+  the one rank where the race went the other way read the whole bucket
+  all-reduce time as compute (150 ms of a 180 ms DDP step).
+* **Compute seconds.** ``compute#k`` takes, per rank, the time from the
+  latest of ``o_{k-1}``'s issue and the completions (at most
+  ``TIE_SECONDS`` after ``o_k``'s issue) of the ops it depends on, to
+  ``o_k``'s issue. So replaying the measured op times gives back the measured
+  issue times: a compute that waited for an op is not also charged the wait.
+  (Where the program computed all along while an earlier op finished in the
+  background, this reads part of the compute as waiting; the plan then may
+  end that op earlier and the model shortens the step by at most that part.)
 * **Completed earlier.** More generally, every op ``o_j`` that completed
   before a later ``o_m`` was issued (on some rank) precedes ``compute#m`` (the
   first such ``m``; the compute chain carries it on). The program may have
@@ -77,6 +92,10 @@ from optimizer_service.plan.trace import COMM_KINDS, DTYPE_BYTES, TRACE_FORMAT, 
 from optimizer_service.syndicate.dag import Node, TrainingDAG, comm, compute
 from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 
+#: How much later than an op's issue an earlier op's recorded completion may be
+#: and still count as before it (the module doc's "Ties").
+TIE_SECONDS = 0.002
+
 
 def _checked(function: Callable) -> Callable:
     """``function``, with a trace that lacks a field reported in one line."""
@@ -107,8 +126,10 @@ def dag_from_traces(traces: Sequence[Mapping], iteration: int | None = None, nam
             seconds = max(max(0.0, _number(o[0].get("gap"))) for _, o in per_rank)
             nodes.append(compute("compute#0", seconds, previous=["step"]))
         else:
-            seconds = max(_compute_before(o[k - 1], o[k]) for _, o in per_rank)
-            if any(_blocking(o[k - 1], o[k]) for _, o in per_rank):
+            blocking = any(_blocking(o[k - 1], o[k]) for _, o in per_rank)
+            depends = ([k - 1] if blocking else []) + earlier.get(k, [])
+            seconds = max(_compute_before(o, k, depends) for _, o in per_rank)
+            if blocking:
                 nodes.append(compute(f"compute#{k}", seconds, *names[k - 1], *extra))
             else:
                 nodes.append(compute(f"compute#{k}", seconds, f"compute#{k - 1}", *extra))
@@ -258,7 +279,7 @@ def _completed_before(per_rank: list[tuple[int, list]], count: int) -> dict[int,
             done = ops[j]["completed"]
             if done is None:
                 continue
-            m = next((m for m in range(j + 2, count) if ops[m]["issued"] >= done), None)
+            m = next((m for m in range(j + 2, count) if ops[m]["issued"] >= done - TIE_SECONDS), None)
             if m is not None and (first is None or m < first):
                 first = m
         if first is not None:
@@ -278,14 +299,21 @@ def _describe(op: Mapping | None) -> str:
     return f"{op['kind']} of {op['bytes']} bytes on group {list(op['group'])}{root}"
 
 
-def _compute_before(op: Mapping, following: Mapping) -> float:
-    """One rank's compute before ``following``: the gap after a blocking ``op``, else issue to issue."""
-    start = op["completed"] if _blocking(op, following) else op["issued"]
-    return max(0.0, following["issued"] - start)
+def _compute_before(ops: Sequence[Mapping], k: int, depends: Sequence[int]) -> float:
+    """One rank's compute before ``ops[k]``: from the latest of ``ops[k-1]``'s
+    issue and the completions of the ops ``depends`` names that came before
+    ``ops[k]``'s issue on this rank (ties included), to that issue."""
+    issued = ops[k]["issued"]
+    start = ops[k - 1]["issued"]
+    for j in depends:
+        done = ops[j]["completed"]
+        if done is not None and done <= issued + TIE_SECONDS:
+            start = max(start, done)
+    return max(0.0, issued - start)
 
 
 def _blocking(op: Mapping, following: Mapping) -> bool:
-    return op["completed"] is not None and following["issued"] >= op["completed"]
+    return op["completed"] is not None and following["issued"] >= op["completed"] - TIE_SECONDS
 
 
 def _number(value: float | None) -> float:

@@ -123,6 +123,36 @@ def test_an_op_that_completed_before_a_later_one_was_issued_precedes_it():
     assert set(node(dag, "compute#2").after) == {"all_reduce#1", "all_reduce#0"}
 
 
+def test_a_completion_stamped_just_after_the_next_issue_is_a_tie():
+    # DDP's loss all-reduce is issued when the last bucket completes; the enforcer's stamp of that
+    # completion can land a little after the issue (a future callback). Read as "issued while the
+    # bucket ran", the whole bucket time became compute (found live: 150 ms of a 180 ms step).
+    t = trace([op("all_reduce", 4, 1.0, 1.5)],
+              [op("all_reduce", 400, 2.0, 2.6), op("all_reduce", 400, 2.1, 3.0), op("all_reduce", 4, 2.9995, 3.1)],
+              [op("all_reduce", 4, 5.0, 5.5)])
+    dag = dag_from_traces([t])
+    assert node(dag, "compute#2").seconds == 0.0
+    assert set(node(dag, "compute#2").after) == {"all_reduce#1", "all_reduce#0"}
+    late = trace([op("all_reduce", 4, 1.0, 1.5)],                     # 10 ms apart: not a tie
+                 [op("all_reduce", 400, 2.0, 2.6), op("all_reduce", 400, 2.1, 3.0), op("all_reduce", 4, 2.99, 3.1)],
+                 [op("all_reduce", 4, 5.0, 5.5)])
+    dag = dag_from_traces([late])
+    assert node(dag, "compute#2").after == ("compute#1", "all_reduce#0")   # b0 done before; b1 not
+    assert node(dag, "compute#2").seconds == pytest.approx(2.99 - 2.6)
+
+
+def test_a_compute_that_waited_for_an_earlier_op_is_not_charged_the_wait():
+    # o0 completes at 2.5 while o1 (issued 2.1) runs on; o2 comes at 3.0. The trace says the program
+    # was past o0 when it issued o2, so compute#2 follows o0: its seconds run from o0's completion,
+    # so that o0 ending at 2.5 puts o2's issue back at 3.0 (not at 2.5 + 0.9, issue to issue).
+    t = trace([op("all_reduce", 4, 1.0, 1.5)],
+              [op("all_reduce", 400, 2.0, 2.5), op("all_reduce", 400, 2.1, 4.0), op("all_reduce", 4, 3.0, 4.2)],
+              [op("all_reduce", 4, 5.0, 5.5)])
+    dag = dag_from_traces([t])
+    assert node(dag, "compute#2").after == ("compute#1", "all_reduce#0")
+    assert node(dag, "compute#2").seconds == pytest.approx(0.5)      # 3.0 - 2.5
+
+
 def test_two_ranks_take_the_slowest_compute():
     fast, slow = blocking_trace(rank=0), blocking_trace(rank=1, shift=0.125)
     # rank 1: compute#0 = 3.125 - 2.25, compute#1 = 4.0 - 3.625
