@@ -9,7 +9,16 @@ it runs (channel, seconds; :class:`optimizer_service.plan.trace.MotifRecord`).
 Our fit, per channel ``c`` and per rank: the motif seconds the rank measured on
 ``c`` in an iteration (the median over the window's iterations that ran the
 plan) against what the cost model predicts for the plan's motifs on ``c`` that
-the rank takes part in. The channel's ratio is the median over ranks.
+the rank takes part in. The channel's ratio is the median over ranks. Only
+motifs that cross the network count (their ranks span more than one instance
+of the topology's top level, a node): a motif within one node runs on the
+node's own links whichever channel it names, so it says nothing about the
+channel's NIC — and on the 2-core emulated cluster those are the motifs the
+model misses most (loopback reduce-scatters of a P² program measured 12–22×
+the calibrated time, CPU-bound next to 8 ranks' compute, while the NIC-bound
+ring motifs measured 0.9–1.0×): counted, they made channel 0 look 16× slow
+and sent traffic to a channel that was not faster. A record is matched to its
+motif by its plan order number and channel among the motifs of the rank.
 
 What :func:`refit` changes is each channel's ratio *relative to channel 0's*:
 the links of channel ``c > 0`` get their bandwidth divided (latency
@@ -44,13 +53,21 @@ TOLERANCE = 0.10
 def channel_ratios(topology: Topology, plan: Plan, traces: Sequence[Mapping]) -> dict[int, float]:
     """Per channel: measured over predicted motif seconds of the running ``plan`` (see the module doc)."""
     cost = MotifCostModel(topology)
+    node = topology.devices_per_instance(0) if len(topology.levels) > 1 else topology.device_count + 1
     predicted: dict[tuple[int, int], float] = {}        # (rank, channel) -> seconds per iteration
+    crosses: dict[tuple[int, int, int], bool | None] = {}   # (rank, order, channel) -> over the network?
     for op in plan.ops:
         group = op.key.group
-        for motif in op.motifs:
+        for motif, order in zip(op.motifs, op.order):
             if motif.channel not in topology.channels:
                 continue
             ranks = tuple(group[p] for p in motif.ranks)
+            network = len({rank // node for rank in ranks}) > 1
+            for rank in ranks:
+                key = (rank, order, motif.channel)
+                crosses[key] = network if crosses.get(key, network) == network else None   # None: ambiguous
+            if not network:
+                continue
             seconds = cost.seconds(replace(motif, ranks=ranks))
             for rank in ranks:
                 predicted[rank, motif.channel] = predicted.get((rank, motif.channel), 0.0) + seconds
@@ -59,7 +76,10 @@ def channel_ratios(topology: Topology, plan: Plan, traces: Sequence[Mapping]) ->
         rank = int(trace.get("rank", -1))
         per: dict[tuple[int, int], float] = {}              # (channel, iteration) -> seconds
         for record in trace.get("motifs", ()):
-            key = (int(record["channel"]), int(record["iteration"]))
+            channel = int(record["channel"])
+            if not crosses.get((rank, int(record["order"]), channel)):
+                continue
+            key = (channel, int(record["iteration"]))
             per[key] = per.get(key, 0.0) + float(record["seconds"])
         for channel in {c for c, _ in per}:
             expected = predicted.get((rank, channel), 0.0)

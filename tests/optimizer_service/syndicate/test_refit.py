@@ -7,7 +7,7 @@ import pytest
 from deploy.emulated.model import cluster_topology
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.collective import Collective
-from optimizer_service.plan.motif import comm_op, on_channel
+from optimizer_service.plan.motif import Par, Seq, comm_op, on_channel
 from optimizer_service.plan.op_plan import OpKey, OpPlan
 from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.motif_cost import MotifCostModel
@@ -33,7 +33,7 @@ def traces_for(plan: Plan, slowdown: dict[int, float], iterations: int = 3) -> l
     for rank in range(4):
         motifs = []
         for iteration in range(iterations):
-            for order, motif in enumerate(plan.ops[0].motifs):
+            for order, motif in zip(plan.ops[0].order, plan.ops[0].motifs):
                 seconds = cost.seconds(motif) * slowdown.get(motif.channel, 1.0)
                 motifs.append({"iteration": iteration, "op_seq": 0, "order": order, "channel": motif.channel,
                                "waited": 0.0, "start": 0.0, "seconds": seconds})
@@ -68,3 +68,23 @@ def test_noise_leaves_the_topology_alone_and_odd_windows_are_clamped():
     assert refit(TOPOLOGY, channel_ratios(TOPOLOGY, plan, traces_for(plan, {0: 1.05, 1: 0.95}))) is TOPOLOGY
     assert channel_ratios(TOPOLOGY, plan, traces_for(plan, {1: 1000.0}))[1] == MAX_RATIO
     assert channel_ratios(TOPOLOGY, plan, [{"rank": 0, "motifs": []}]) == {}    # passthrough: nothing to fit
+
+
+def test_motifs_within_a_node_say_nothing_about_a_channel():
+    # Reduce-scatter inside each node (loopback), the all-reduce across nodes on channel 1, the
+    # all-gather inside each node: only the middle one uses a NIC. Inside-node motifs measured 20x
+    # slow (CPU-bound on a loaded host) must not make channel 0 look slow.
+    rs = Par((comm_op(Collective.REDUCE_SCATTER, (0, 1), 1000), comm_op(Collective.REDUCE_SCATTER, (2, 3), 1000)))
+    across = Par((comm_op(Collective.ALL_REDUCE, (0, 2), 1000), comm_op(Collective.ALL_REDUCE, (1, 3), 1000)))
+    ar = on_channel(across, 1)
+    ag = Par((comm_op(Collective.ALL_GATHER, (0, 1), 1000), comm_op(Collective.ALL_GATHER, (2, 3), 1000)))
+    op = OpPlan.of(OpKey(0, "all_reduce", 4 * 1000, (0, 1, 2, 3)), Seq((rs, ar, ag)))
+    plan = Plan(1, 4, {0: None, 1: None}, (op,))
+    cost = MotifCostModel(TOPOLOGY)
+    traces = []
+    for rank in range(4):
+        motifs = [{"iteration": i, "op_seq": 0, "order": order, "channel": motif.channel, "waited": 0.0,
+                   "start": 0.0, "seconds": cost.seconds(motif) * (2.0 if motif.channel == 1 else 20.0)}
+                  for i in range(3) for order, motif in zip(op.order, op.motifs) if rank in motif.ranks]
+        traces.append({"rank": rank, "motifs": motifs})
+    assert channel_ratios(TOPOLOGY, plan, traces) == pytest.approx({1: 2.0})
