@@ -53,7 +53,7 @@ TOLERANCE = 0.10
 def channel_ratios(topology: Topology, plan: Plan, traces: Sequence[Mapping]) -> dict[int, float]:
     """Per channel: measured over predicted motif seconds of the running ``plan`` (see the module doc)."""
     cost = MotifCostModel(topology)
-    node = topology.devices_per_instance(0) if len(topology.levels) > 1 else topology.device_count + 1
+    node = topology.devices_per_instance(0)         # 1 on a one-level topology: every motif crosses its links
     predicted: dict[tuple[int, int], float] = {}        # (rank, channel) -> seconds per iteration
     crosses: dict[tuple[int, int, int], bool | None] = {}   # (rank, order, channel) -> over the network?
     for op in plan.ops:

@@ -88,3 +88,22 @@ def test_motifs_within_a_node_say_nothing_about_a_channel():
                   for i in range(3) for order, motif in zip(op.order, op.motifs) if rank in motif.ranks]
         traces.append({"rank": rank, "motifs": motifs})
     assert channel_ratios(TOPOLOGY, plan, traces) == pytest.approx({1: 2.0})
+
+
+def test_on_a_one_level_topology_every_motif_counts():
+    # No nodes to stay inside: every motif of two or more ranks crosses the one level's links.
+    flat = Topology.from_yaml("""
+name: flat
+levels:
+- {name: device, cardinality: 4}
+links:
+- {name: wire, levels: [device], bandwidth: 25000000.0, latency: 0.0001}
+- {name: wire2, levels: [device], bandwidth: 25000000.0, latency: 0.0001, channel: 1}
+""")
+    plan = two_channel_plan()
+    cost = MotifCostModel(flat)
+    traces = [{"rank": rank, "motifs": [
+        {"iteration": i, "op_seq": 0, "order": order, "channel": motif.channel, "waited": 0.0, "start": 0.0,
+         "seconds": cost.seconds(motif) * (4.0 if motif.channel == 1 else 1.0)}
+        for i in range(3) for order, motif in zip(plan.ops[0].order, plan.ops[0].motifs)]} for rank in range(4)]
+    assert channel_ratios(flat, plan, traces) == pytest.approx({0: 1.0, 1: 4.0})
