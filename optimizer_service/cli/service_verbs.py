@@ -30,6 +30,7 @@ from optimizer_service.errors import InvalidInputError, JobFailedError
 from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_to_proto
 from optimizer_service.service.replanning import ReplanConfig
+from optimizer_service.service.requests import DEFAULT_DECISIONS, MAX_DECISIONS
 from optimizer_service.service.server import ServiceConfig
 from optimizer_service.service.server import serve as run_service
 from optimizer_service.service.store.base import StoreError
@@ -183,7 +184,7 @@ def jobs_trace(settings: Settings, job_id: str, out_dir: Path, iterations: int, 
 
 @jobs.command("events")
 @click.argument("job_id")
-@click.option("--limit", type=click.IntRange(min=1, max=10_000), default=100, show_default=True,
+@click.option("--limit", type=click.IntRange(min=1, max=MAX_DECISIONS), default=DEFAULT_DECISIONS, show_default=True,
               help="The last this many decisions.")
 @service_options
 @click.option("--json", "json_out", metavar="OUT", help="Write the decisions as JSON ('-' for stdout).")

@@ -67,10 +67,8 @@ def passed_through(traces: Sequence[Mapping], plan: Plan, iteration: int | None 
         for group in parallel_groups(per_rank, k, chosen):
             seq = collectives.get(group, 0)
             collectives[group] = seq + 1
-            if not reason and plan.lookup(group, seq, PLAN_KIND[kind], nbytes, root) is None:
-                found.append(PassedThrough(k, kind, dtype, nbytes, group, NOT_IN_PLAN))
-            elif reason:
-                found.append(PassedThrough(k, kind, dtype, nbytes, group, reason))
+            if reason or plan.lookup(group, seq, PLAN_KIND[kind], nbytes, root) is None:
+                found.append(PassedThrough(k, kind, dtype, nbytes, group, reason or NOT_IN_PLAN))
     return found
 
 

@@ -276,10 +276,7 @@ def _completed_before(per_rank: list[tuple[int, list]], count: int) -> dict[int,
             continue            # o_j → compute#{j+1} already, and the compute chain carries it on
         first = None
         for _, ops in per_rank:
-            done = ops[j]["completed"]
-            if done is None:
-                continue
-            m = next((m for m in range(j + 2, count) if ops[m]["issued"] >= done - TIE_SECONDS), None)
+            m = next((m for m in range(j + 2, count) if _done_by(ops[j]["completed"], ops[m]["issued"])), None)
             if m is not None and (first is None or m < first):
                 first = m
         if first is not None:
@@ -306,14 +303,18 @@ def _compute_before(ops: Sequence[Mapping], k: int, depends: Sequence[int]) -> f
     issued = ops[k]["issued"]
     start = ops[k - 1]["issued"]
     for j in depends:
-        done = ops[j]["completed"]
-        if done is not None and done <= issued + TIE_SECONDS:
-            start = max(start, done)
+        if _done_by(ops[j]["completed"], issued):
+            start = max(start, ops[j]["completed"])
     return max(0.0, issued - start)
 
 
 def _blocking(op: Mapping, following: Mapping) -> bool:
-    return op["completed"] is not None and following["issued"] >= op["completed"] - TIE_SECONDS
+    return _done_by(op["completed"], following["issued"])
+
+
+def _done_by(completed: float | None, issued: float) -> bool:
+    """An op that completed at ``completed`` did so before an issue at ``issued`` (ties included)."""
+    return completed is not None and completed <= issued + TIE_SECONDS
 
 
 def _number(value: float | None) -> float:
