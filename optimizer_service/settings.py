@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from optimizer_service.p2.planner import Limits
 
 _DEFAULTS = Limits()
+DEFAULT_HTTP = "127.0.0.1:8080"
 
 
 class Settings(BaseSettings):
@@ -46,6 +47,10 @@ class Settings(BaseSettings):
     crash_at: str | None = Field(None, description="testing only: 'p2 serve' SIGKILLs itself at this protocol "
                                  "point (e.g. decision-persisted, commit-sent-to-one); see service/core.py")
     vote_timeout: float = Field(10.0, gt=0, description="seconds the service waits for every rank's vote")
+    http: str | None = Field(None, description="where 'p2 serve' serves the dashboard and /metrics "
+                             f"(HOST:PORT; 'off' for none; default {DEFAULT_HTTP}, or a free port when that is taken)")
+    dashboard_public: bool = Field(True, description="the dashboard's pages, /api/ reads and /metrics need no "
+                                   "token (P2_DASHBOARD_PUBLIC=0: they need the service's token too)")
 
     def service_token(self, token_file: Path | None = None) -> str | None:
         """The bearer token: ``token_file`` (a flag), else P2_TOKEN_FILE, else P2_TOKEN."""

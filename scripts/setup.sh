@@ -10,22 +10,29 @@ stamp=.venv/.p2-setup
 log=.venv/setup.log
 want=$(cat pyproject.toml scripts/setup.sh setup.py cpp_ext/*.hpp cpp_ext/*.cpp proto/p2/v1/*.proto | sha256sum | cut -d' ' -f1)
 
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/p2 ]; then
+vendor=optimizer_service/dashboard/static/vendor
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && [ -x .venv/bin/p2 ] \
+        && { [ -f $vendor/uPlot.iife.min.js ] || ! command -v npm >/dev/null; }; then
     exit 0
 fi
 echo "setup: creating .venv/ and installing dependencies (once; log in $log)" >&2
 # System packages: the emulated cluster needs iproute2 (ip, tc) and nsenter
-# (util-linux); the service's production store and its tests need redis-server.
+# (util-linux); the service's production store and its tests need redis-server;
+# the dashboard's browser tests chromium, its metrics tests prometheus (and
+# promtool); its charts come from npm.
 missing=()
 command -v ip >/dev/null && command -v tc >/dev/null || missing+=(iproute2)
 command -v nsenter >/dev/null || missing+=(util-linux)
 command -v redis-server >/dev/null || missing+=(redis-server)
+command -v chromium >/dev/null || missing+=(chromium)
+command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         echo "setup: installing ${missing[*]} with apt-get" >&2
         apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
     else
-        echo "setup: note: ${missing[*]} missing (p2 cluster needs iproute2 and util-linux; the Redis store and its tests need redis-server)" >&2
+        echo "setup: note: ${missing[*]} missing (p2 cluster needs iproute2 and util-linux; the Redis store and its tests need redis-server; the dashboard's tests chromium and prometheus, its charts npm)" >&2
     fi
 fi
 [ -x .venv/bin/python ] || "$python" -m venv .venv
@@ -42,6 +49,18 @@ pip install --upgrade pip
 # instead of downloading gigabytes of CUDA packages.
 pip install torch==2.13.0
 pip install -e '.[dev]'
+# The dashboard's chart library, from the npm registry (not committed; pages work without it).
+uplot=1.6.32
+if command -v npm >/dev/null; then
+    if npm install --silent --no-save --no-audit --no-fund --prefix .venv/npm "uplot@$uplot" >> "$log" 2>&1; then
+        mkdir -p $vendor
+        cp .venv/npm/node_modules/uplot/dist/uPlot.iife.min.js .venv/npm/node_modules/uplot/dist/uPlot.min.css \
+            .venv/npm/node_modules/uplot/LICENSE $vendor/
+    else
+        tail -n 10 "$log" >&2
+        echo "setup: 'npm install uplot@$uplot' failed: the dashboard will show tables without charts" >&2
+    fi
+fi
 # The protobuf and gRPC modules of proto/ (importing p2.v1 also regenerates them when a .proto changed).
 .venv/bin/python -m p2.v1.generate
 echo "$want" > "$stamp"

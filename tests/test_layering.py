@@ -105,6 +105,17 @@ def test_the_enforcer_imports_only_the_plan_contract_and_metrics():
                 assert any(under(name, prefix) for prefix in allowed), f"{path.relative_to(ROOT)}:{line} imports {name}"
 
 
+def test_the_dashboard_calls_the_service_core_only():
+    """The dashboard is a thin HTTP shell over ``service`` (as the gRPC servicers
+    are): it may import the service, the plan values, errors and metrics."""
+    allowed = ("optimizer_service.dashboard", "optimizer_service.service", "optimizer_service.plan",
+               "optimizer_service.errors", "optimizer_service.metrics")
+    for path in modules(PACKAGE / "dashboard"):
+        for line, name in imports_of(path):
+            if under(name, "optimizer_service") and name != "optimizer_service":
+                assert any(under(name, prefix) for prefix in allowed), f"{path.relative_to(ROOT)}:{line} imports {name}"
+
+
 def test_the_generated_contract_imports_nothing_of_ours():
     for path in modules(ROOT / "p2"):
         for line, name in imports_of(path):

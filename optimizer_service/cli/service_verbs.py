@@ -35,7 +35,7 @@ from optimizer_service.service.server import ServiceConfig
 from optimizer_service.service.server import serve as run_service
 from optimizer_service.service.store.base import StoreError
 from optimizer_service.service.store.url import default_store_path
-from optimizer_service.settings import Settings
+from optimizer_service.settings import DEFAULT_HTTP, Settings
 from p2.v1 import optimizer_pb2 as api
 
 
@@ -53,6 +53,11 @@ from p2.v1 import optimizer_pb2 as api
               "(mutual TLS).")
 @click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the bound port here once the service answers (for scripts with --listen HOST:0).")
+@click.option("--http", "http", metavar="HOST:PORT|off",
+              help="Serve the dashboard, its JSON API and /metrics here (default: P2_HTTP, else 127.0.0.1:8080; "
+              "port 0 picks a free one; 'off' for none).")
+@click.option("--http-port-file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the dashboard's bound port here once it answers.")
 @click.option("--replan/--no-replan", default=True, show_default=True,
               help="Plan live jobs from their telemetry and traces, commit and replan (the replanning loop).")
 @click.option("--topology", "topology", metavar="NAME|FILE",
@@ -64,11 +69,16 @@ from p2.v1 import optimizer_pb2 as api
               "(names and defaults: 'p2 serve --policy help').")
 @click.pass_obj
 def serve(settings: Settings, listen: str, store_url: str | None, token_file: Path | None, tls_cert: str | None,
-          tls_key: str | None, tls_ca: str | None, port_file: Path | None, replan: bool, topology: str | None,
-          search_budget: float, policy_items: tuple[str, ...]) -> None:
+          tls_key: str | None, tls_ca: str | None, port_file: Path | None, http: str | None,
+          http_port_file: Path | None, replan: bool, topology: str | None, search_budget: float,
+          policy_items: tuple[str, ...]) -> None:
     """Run the optimizer service: jobs register, plans are committed to their
     ranks with two-phase commit, and every decision is stored. Logs one line
     per job and plan event; stops cleanly on SIGTERM or Ctrl-C.
+
+    \b
+    The dashboard (jobs, plans, topology, the P² explorer; its API at
+    /docs) and Prometheus' /metrics are served on --http by the same process.
 
     \b
     Example:
@@ -77,6 +87,7 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
     if "help" in policy_items:
         click.echo(policy_help())
         return
+    http_address = http or settings.http or DEFAULT_HTTP
     state_dir = settings.state_dir
     default = state_dir / "service.db" if state_dir else default_store_path(os.environ, Path.home())
     config = ServiceConfig(listen=listen, store_url=store_url or settings.store, default_store_path=default,
@@ -84,7 +95,10 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
                            tls_ca=tls_ca, timing=Timing(vote_timeout=settings.vote_timeout),
                            crash_at=settings.crash_at,
                            replan=ReplanConfig(enabled=replan, policy=policy_config(policy_items),
-                                               topology=topology_text(topology), budget=search_budget))
+                                               topology=topology_text(topology), budget=search_budget),
+                           http=None if http_address.lower() in ("off", "none", "") else http_address,
+                           dashboard_public=settings.dashboard_public,
+                           http_fallback=http is None and settings.http is None, limits=settings.limits())
     logging.getLogger("p2.service").setLevel(logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
@@ -93,10 +107,16 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
     service_log.propagate = False
 
     def ready(service) -> None:
+        if http_port_file is not None and service.http_port:
+            http_port_file.write_text(f"{service.http_port}\n")
         if port_file is not None:
             port_file.write_text(f"{service.port}\n")
+        dashboard = ""
+        if service.http_port:
+            host = config.http.rpartition(":")[0].strip("[]")
+            dashboard = f"; dashboard http://{'localhost' if host in ('0.0.0.0', '::') else host}:{service.http_port}/"
         click.echo(f"p2 serve: listening on {listen.rsplit(':', 1)[0]}:{service.port}, store "
-                   f"{service.core.store.url}", err=True)
+                   f"{service.core.store.url}{dashboard}", err=True)
 
     try:
         asyncio.run(run_service(config, ready))

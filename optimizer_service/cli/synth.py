@@ -8,12 +8,7 @@ import click
 
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.params import ByteSize, IntList, write_json
-from optimizer_service.cli.synth_render import (
-    explanations_to_dict,
-    render_explanations,
-    render_report,
-    report_to_dict,
-)
+from optimizer_service.cli.synth_render import render_explanations, render_report
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.hardware.cost_model import Algorithm
 from optimizer_service.p2.explain import explain_program
@@ -21,6 +16,7 @@ from optimizer_service.p2.placement import ParallelismMatrix
 from optimizer_service.p2.planner import DEFAULT_BYTES, Planner
 from optimizer_service.p2.program import Program
 from optimizer_service.p2.synthesis import DEFAULT_MAX_SIZE
+from optimizer_service.service.synth_json import explanations_to_dict, report_to_dict
 from optimizer_service.settings import Settings
 from optimizer_service.units import format_bytes
 

@@ -1,63 +1,14 @@
-"""Text and JSON forms of ``p2 synth`` results. JSON field names are part of
-the CLI contract: add fields, never rename them."""
+"""Text form of ``p2 synth`` results. The JSON form (field names are part of the
+CLI contract) is built by :mod:`optimizer_service.service.synth_json`, shared
+with the dashboard's P² explorer."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from optimizer_service.p2.explain import Explanation
-from optimizer_service.p2.hierarchy import SynthesisHierarchy
 from optimizer_service.p2.planner import SynthesisReport, speedup
-from optimizer_service.plan.lowered import LoweredStep
 from optimizer_service.units import format_bytes, human_seconds
 
 MAX_STATES_SHOWN = 16
-
-
-def _hierarchy(h: SynthesisHierarchy) -> list[dict[str, Any]]:
-    return [{"name": level.name, "cardinality": level.cardinality} for level in h.levels]
-
-
-def _step(step: LoweredStep, seconds: float) -> dict[str, Any]:
-    return {"collective": step.collective.value, "groups": [list(g) for g in step.groups],
-            "input_fraction": str(step.input_fraction), "predicted_seconds": seconds}
-
-
-def report_to_dict(report: SynthesisReport) -> dict[str, Any]:
-    placements = []
-    for p in report.placements:
-        placements.append({
-            "matrix": p.matrix.to_lists(),
-            "synthesis_hierarchy": _hierarchy(p.hierarchy),
-            "allreduce_seconds": p.allreduce_seconds,
-            "speedup": p.speedup,
-            "programs": [{
-                "text": str(r.program),
-                "size": r.program.size,
-                "predicted_seconds": r.predicted_seconds,
-                "speedup": speedup(p.allreduce_seconds, r.predicted_seconds),
-                "steps": [_step(s, t) for s, t in zip(r.lowered.steps, r.step_seconds)],
-            } for r in p.programs],
-        })
-    data: dict[str, Any] = {
-        "topology": report.topology.name,
-        "hierarchy": list(report.topology.hierarchy),
-        "axes": list(report.axes),
-        "reduce": list(report.reduce),
-        "bytes": report.nbytes,
-        "algorithm": report.algorithm.value,
-        "max_size": report.max_size,
-        "synthesis_seconds": report.synthesis_seconds,
-        "simulation_seconds": report.simulation_seconds,
-        "placements": placements,
-    }
-    best = report.best
-    if best is not None:
-        placement, program = best
-        data["best"] = {"matrix": placement.matrix.to_lists(), "program": str(program.program),
-                        "predicted_seconds": program.predicted_seconds,
-                        "speedup": speedup(placement.allreduce_seconds, program.predicted_seconds)}
-    return data
 
 
 def _table(rows: list[list[str]], right: set[int]) -> list[str]:
@@ -109,24 +60,6 @@ def render_report(report: SynthesisReport, top: int) -> str:
                          f"{human_seconds(max(reducing))} depending on the matrix "
                          f"({max(reducing) / min(reducing):.1f}x)")
     return "\n".join(lines)
-
-
-def explanations_to_dict(explanations: list[Explanation], report_args: dict[str, Any]) -> dict[str, Any]:
-    items = []
-    for e in explanations:
-        items.append({
-            "matrix": e.matrix.to_lists(),
-            "synthesis_hierarchy": _hierarchy(e.hierarchy),
-            "valid": e.valid,
-            "error": e.error,
-            "reaches_final_state": e.reaches_final,
-            "allreduce_seconds": e.allreduce_seconds,
-            "predicted_seconds": e.predicted_seconds,
-            "initial_states": [str(s) for s in e.initial_states],
-            "steps": [dict(_step(s.lowered, s.predicted_seconds), reduction=str(s.reduction),
-                           states_after=[str(x) for x in s.states_after]) for s in e.steps],
-        })
-    return dict(report_args, placements=items)
 
 
 def _states(states, k: int) -> list[str]:

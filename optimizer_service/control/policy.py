@@ -136,6 +136,7 @@ from optimizer_service.control.policy_events import (
     Note,
     Pause,
     PolicyConfig,
+    ReplanNow,
     RequestPlan,
     Resume,
     RollBack,
@@ -146,8 +147,8 @@ from optimizer_service.control.policy_events import (
 
 __all__ = [
     "Action", "CancelSearch", "ClusterChanged", "Commit", "CommitFailed", "Committed", "Event", "Iteration", "Note",
-    "Pause", "Pending", "Policy", "PolicyConfig", "RequestPlan", "Resume", "RollBack", "SearchDone", "SearchFailed",
-    "Tick", "Trial", "step",
+    "Pause", "Pending", "Policy", "PolicyConfig", "ReplanNow", "RequestPlan", "Resume", "RollBack", "SearchDone",
+    "SearchFailed", "Tick", "Trial", "step",
 ]
 
 WAITING, SEARCHING, COMMITTING, EVALUATING = "waiting", "searching", "committing", "evaluating"
@@ -666,13 +667,30 @@ def _on_resume(state: Policy, event: Resume, now: float) -> tuple[Policy, list[A
                                                (f": {event.reason}" if event.reason else ""))]
 
 
+def _on_replan_now(state: Policy, event: ReplanNow, now: float) -> tuple[Policy, list[Action]]:
+    """An operator's "replan now": a search at once, whatever the cooldown and the
+    triggers say — but not while paused, nor on top of a search or commit under way."""
+    asked = f"an operator asked for a plan{': ' + event.reason if event.reason else ''}"
+    if state.paused:
+        return state, [Note("ignored", f"{asked}; replanning is paused (resume it first)")]
+    if state.pending is not None:
+        what = "search" if state.pending.what == SEARCHING else "commit"
+        return state, [Note("ignored", f"{asked}; the {state.pending.trigger} {what} under way decides")]
+    if state.trial is not None:
+        return state, [Note("ignored", f"{asked}; {_name(state.trial.version)} is still being measured against "
+                                       f"{_name(state.trial.previous)}")]
+    request = state.next_request
+    state = replace(state, next_request=request + 1, pending=Pending(SEARCHING, "operator", now, request=request))
+    return state, [RequestPlan(request, "operator", asked)]
+
+
 def _on_tick(state: Policy, event: Tick, now: float) -> tuple[Policy, list[Action]]:
     return state, []
 
 
 _HANDLERS = {Iteration: _on_iteration, SearchDone: _on_search_done, SearchFailed: _on_search_failed,
              Committed: _on_committed, CommitFailed: _on_commit_failed, ClusterChanged: _on_cluster,
-             Pause: _on_pause, Resume: _on_resume, Tick: _on_tick}
+             Pause: _on_pause, Resume: _on_resume, ReplanNow: _on_replan_now, Tick: _on_tick}
 
 
 def step(state: Policy, event: Event, now: float) -> tuple[Policy, list[Action]]:

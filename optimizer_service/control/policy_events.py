@@ -135,11 +135,18 @@ class Resume:
 
 
 @dataclass(frozen=True)
+class ReplanNow:
+    """An operator asked for a search now (cooldowns and triggers aside)."""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Tick:
     """Time passed (lets a search or commit that never answers time out)."""
 
 
-Event = Iteration | SearchDone | SearchFailed | Committed | CommitFailed | ClusterChanged | Pause | Resume | Tick
+Event = (Iteration | SearchDone | SearchFailed | Committed | CommitFailed | ClusterChanged | Pause | Resume | ReplanNow
+         | Tick)
 
 
 # ---------------------------------------------------------------- actions
@@ -154,7 +161,7 @@ class _Said:
 class RequestPlan(_Said):
     """Start a search for a better plan; answer with :class:`SearchDone` or
     :class:`SearchFailed` carrying ``request``. ``trigger`` is one of
-    ``first``, ``cluster`` (a reported or a measured change), ``slow``, ``waits``."""
+    ``first``, ``cluster`` (a reported or a measured change), ``slow``, ``waits``, ``operator``."""
     request: int
     trigger: str
     reason: str

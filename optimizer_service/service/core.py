@@ -57,6 +57,7 @@ from optimizer_service.control.coordinator import (
 from optimizer_service.control.messages import Prepare
 from optimizer_service.control.wire import ack_from_proto, to_service_message, vote_from_proto
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.metrics import ServiceMetrics
 from optimizer_service.plan import Plan
 from optimizer_service.service import requests
 from optimizer_service.service.events import EventBus
@@ -85,8 +86,10 @@ class RefusedError(InvalidInputError):
 class ServiceCore:
     def __init__(self, store_factory: Callable[[], PlanStore], *, timing: Timing = Timing(),
                  tick_seconds: float = 0.2, clock: Callable[[], float] = time.time,
-                 crash_at: str | None = None, replan: ReplanConfig | None = None) -> None:
+                 crash_at: str | None = None, replan: ReplanConfig | None = None,
+                 metrics: ServiceMetrics | None = None) -> None:
         self.crash_at = crash_at
+        self.metrics = metrics or ServiceMetrics()
         self._store_factory = store_factory
         self.store: PlanStore | None = None
         self.timing = timing
@@ -165,6 +168,8 @@ class ServiceCore:
         for record in log_records:          # the log, not the saved states, says what was decided
             self._observe_record(job, record)
         self.jobs[job_id] = job
+        self.metrics.on_plan_version(job_id, job.coordinator.committed)
+        self.metrics.on_connected(job_id, 0)
         async with job.lock:
             await self._execute(job, actions)
 
@@ -196,6 +201,8 @@ class ServiceCore:
                     self._fence(error)
                     raise
                 self._observe_record(job, action.record)
+                if kind == "decision":
+                    self.metrics.on_decision(job.job_id, action.record["decision"], job.coordinator.committed)
                 if kind == "decision" and self.replanner is not None:
                     self.replanner.loop(self, job).decided(action.record["version"], action.record["decision"],
                                                            action.record.get("reason", ""))
@@ -311,6 +318,7 @@ class ServiceCore:
                                         message.rank)
             if job.state == LIVE:
                 job.was_live = True
+            self.metrics.on_connected(job.job_id, job.connected)
             if self.replanner is not None:
                 loop = self.replanner.loop(self, job)
                 if topology != job.topology:
@@ -358,13 +366,15 @@ class ServiceCore:
             window.duration_sum += telemetry.duration_seconds
             window.wait_sum += telemetry.wait_seconds
             window.max_iteration = max(window.max_iteration, telemetry.iteration)
-            if self.replanner is not None:
-                channels: dict[int, float] = {}
-                for motif in telemetry.motifs:
-                    channels[motif.channel] = channels.get(motif.channel, 0.0) + motif.duration_seconds
-                self.replanner.loop(self, job).telemetry(session.rank, telemetry.iteration,
-                                                         telemetry.duration_seconds, telemetry.wait_seconds,
-                                                         telemetry.running_version, channels)
+            done, waits, ops = job.live.telemetry(session.rank, telemetry, info.last_seen_unix)
+            self.metrics.on_telemetry(job.job_id, session.rank, waits, ops)
+            for iteration in done:
+                self.metrics.on_iteration(job.job_id, iteration.seconds)
+                if self.replanner is not None:
+                    self.replanner.loop(self, job).iteration(iteration)
+            if done:
+                expected = self.prediction(job)
+                self.metrics.on_running(job.job_id, done[-1].version, expected["error_ratio"])
             if telemetry.iteration > job.coordinator.iteration:
                 async with job.lock:
                     await self._step(job, Progress(session.rank, telemetry.iteration))
@@ -381,6 +391,7 @@ class ServiceCore:
         async with job.lock:
             del job.sessions[session.rank]
             job.ranks[session.rank].connected = False
+            self.metrics.on_connected(job.job_id, job.connected)
             session.close()
             job.traces.fail_rank(session.rank, "disconnected")
             self.events.publish(job.job_id, "lost", 0, "stream closed", session.rank)
@@ -442,7 +453,8 @@ class ServiceCore:
             state, actions = self._submission(job, plan)
             stored = StoredPlan(job_id, version, plan.to_json(), self.clock())
             await self._io(self.store.add_plan, job_id, version, stored.plan_json, stored.submitted_unix)
-            job.plans[version] = PlanState(version, stored.submitted_unix)
+            job.plans[version] = PlanState(version, stored.submitted_unix,
+                                           predicted_seconds=plan.predicted_iteration_seconds)
             await self._adopt(job, state, actions)
             return job.plans[version], stored
 
@@ -502,3 +514,43 @@ class ServiceCore:
         """The job's last ``limit`` replanning events from the store, newest last (NotFound for an unknown job)."""
         self.job(job_id)
         return await self._io(self.store.recent_events, job_id, limit)
+
+    def prediction(self, job: Job) -> dict:
+        """The running plan's predicted and measured iteration time (median of the
+        last 20 iterations it ran) and the error ratio measured / predicted - 1."""
+        running = job.live.history[-1].version if job.live.history else job.coordinator.committed
+        state = job.plans.get(running)
+        predicted = state.predicted_seconds if state is not None else None
+        measured = job.live.median_seconds(20, running)
+        error = measured / predicted - 1 if predicted and measured is not None else None
+        return {"running_version": running, "predicted_seconds": predicted, "measured_seconds": measured,
+                "error_ratio": error}
+
+    def topology_yaml(self, job: Job) -> str:
+        """The job's topology as YAML ('' when neither its ranks nor ``--topology`` give a usable one)."""
+        if self.replanner is not None:
+            return self.replanner.loop(self, job).topology_yaml
+        from optimizer_service.service.planning import resolve_topology
+        try:
+            return resolve_topology(job.topology) if job.topology else ""
+        except InvalidInputError:
+            return ""
+
+    def _loop(self, job_id: str):
+        job = self.job(job_id)
+        if self.replanner is None:
+            raise RefusedError("this service does not replan (it runs with --no-replan); plans come from operators")
+        return self.replanner.loop(self, job)
+
+    def pause_replanning(self, job_id: str, paused: bool, reason: str = "") -> dict:
+        """An operator paused or resumed the job's replanning; the policy's state after it."""
+        loop = self._loop(job_id)
+        loop.pause(paused, reason)
+        return loop.policy.to_dict()
+
+    def replan_now(self, job_id: str, reason: str = "") -> dict:
+        """An operator asked for a search of the job now; the policy's state after it
+        (its phase is ``searching`` when the search started, else a note says why not)."""
+        loop = self._loop(job_id)
+        loop.replan_now(reason)
+        return loop.policy.to_dict()

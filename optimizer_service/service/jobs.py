@@ -14,6 +14,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from optimizer_service.control.coordinator import Coordinator
+from optimizer_service.service.live import LiveView
 from optimizer_service.service.traces import TraceRequests
 
 REGISTERING, LIVE, DEGRADED = "registering", "live", "degraded"
@@ -133,11 +134,18 @@ class Job:
     telemetry: TelemetryWindow = field(default_factory=TelemetryWindow)
     traces: TraceRequests = field(default_factory=TraceRequests)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    live: LiveView = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.live = LiveView(self.world_size)
+
+    @property
+    def connected(self) -> int:
+        return sum(1 for info in self.ranks.values() if info.connected)
 
     @property
     def state(self) -> str:
-        connected = sum(1 for info in self.ranks.values() if info.connected)
-        if connected == self.world_size:
+        if self.connected == self.world_size:
             return LIVE
         return DEGRADED if self.was_live else REGISTERING
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from optimizer_service.errors import InvalidInputError
 
 GRACE_SECONDS = 60.0        # beyond the budget: pricing and the DAG take time too
+MAX_TIMELINE_TASKS = 4_000  # tasks of the predicted timeline an outcome carries (the dashboard's Gantt)
 
 
 class PlanningError(InvalidInputError):
@@ -55,6 +56,9 @@ class SearchOutcome:
     channel_ratios: dict[int, float] = field(default_factory=dict)
     running_seconds: float | None = None
     passthrough: tuple[dict, ...] = ()
+    #: The chosen schedule's first iteration: ``{"name", "lane", "start", "end"}`` per task
+    #: (lane ``compute`` or ``chN``), for the dashboard's predicted Gantt; not stored.
+    timeline: tuple[dict, ...] = ()
 
     def to_dict(self) -> dict:
         return {"predicted_seconds": self.predicted_seconds, "fifo_seconds": self.fifo_seconds,
@@ -100,7 +104,26 @@ def search(traces: list[dict], topology_yaml: str, budget: float, seed: int,
     passthrough = tuple(entry.to_dict() for entry in passed_through(traces, found.plan))
     return SearchOutcome(found.plan.to_json(), found.chosen.steady_seconds, systems["FIFO"],
                          found.measured_iteration_seconds, systems, len(found.problem.dag.comm_ops),
-                         len(found.plan.ops), time.perf_counter() - started, ratios, running_seconds, passthrough)
+                         len(found.plan.ops), time.perf_counter() - started, ratios, running_seconds, passthrough,
+                         predicted_timeline(found.problem, found.chosen.evaluation))
+
+
+def predicted_timeline(problem, evaluation) -> tuple[dict, ...]:
+    """The first unrolled iteration of ``evaluation``'s schedule as Gantt rows
+    (Syndicate §4.3's critical-path schedule: compute stream and one lane per channel)."""
+    from optimizer_service.syndicate.scheduler import COMPUTE
+
+    per_iteration = len(problem.dag.nodes)
+    rows = []
+    for task, node in enumerate(evaluation.task_node):
+        if node >= per_iteration or evaluation.end[task] <= evaluation.start[task]:
+            continue
+        channel = evaluation.channel[task]
+        rows.append({"name": problem.dag.nodes[node].name, "lane": "compute" if channel == COMPUTE else f"ch{channel}",
+                     "start": evaluation.start[task], "end": evaluation.end[task]})
+        if len(rows) >= MAX_TIMELINE_TASKS:
+            break
+    return tuple(rows)
 
 
 def resolve_topology(value: str) -> str:

@@ -3,15 +3,11 @@
 One :class:`JobLoop` per job drives the pure replanning policy
 (:mod:`optimizer_service.control.policy`) from what the service sees:
 
-* **Iterations.** Every rank sends one Telemetry message per iteration. The
-  loop gathers them by iteration index and feeds the policy one
-  :class:`~optimizer_service.control.policy.Iteration` per index, in order:
-  the job's iteration time is the *mean* over ranks of each rank's
-  boundary-to-boundary time (over a run, every rank's sum is the job's wall
-  time; the mean is the least noisy estimate of it), and the dispatcher wait is
-  the mean of the ranks' waits. An index is fed once every rank reported it,
-  or once some rank is :data:`STALE_ITERATIONS` ahead (a rank's telemetry queue
-  overflowed, or a rank is gone): then with the ranks that did report.
+* **Iterations.** The service gathers every rank's telemetry into one
+  :class:`~optimizer_service.service.live.JobIteration` per iteration index
+  (:class:`~optimizer_service.service.live.IterationGatherer`: the mean over
+  ranks) and feeds it here, in order, as the policy's
+  :class:`~optimizer_service.control.policy.Iteration`.
 * **Actions.** :class:`RequestPlan` collects every rank's trace window
   (:meth:`ServiceCore.collect_traces`) and runs the joint search in the
   :class:`~optimizer_service.service.planning.Planner`'s worker process; its
@@ -38,7 +34,7 @@ import hashlib
 import logging
 import statistics
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from optimizer_service.control import policy as rules
@@ -49,9 +45,12 @@ from optimizer_service.control.policy import (
     CommitFailed,
     Committed,
     Iteration,
+    Pause,
     Policy,
     PolicyConfig,
+    ReplanNow,
     RequestPlan,
+    Resume,
     RollBack,
     SearchDone,
     SearchFailed,
@@ -60,6 +59,7 @@ from optimizer_service.control.policy import (
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan import Plan
 from optimizer_service.service.jobs import Job
+from optimizer_service.service.live import JobIteration
 from optimizer_service.service.planning import Planner, SearchOutcome, resolve_topology
 from optimizer_service.service.traces import TRACE_ITERATIONS
 from optimizer_service.syndicate.passthrough import summary as passthrough_summary
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("p2.service")
 
-STALE_ITERATIONS = 8        # feed an index with the ranks that reported once a rank is this far ahead
+MAX_TIMELINES = 8           # predicted timelines kept (of the newest searched versions)
 MEASURE_WINDOW = 50         # iterations of a plan its measured median is taken over
 
 
@@ -90,17 +90,6 @@ def cluster_key(topology_yaml: str) -> str:
     return hashlib.sha256(topology_yaml.encode()).hexdigest()[:12] if topology_yaml else "unknown"
 
 
-@dataclass
-class _Gather:
-    """The telemetry of one iteration index from the ranks that reported it."""
-
-    seconds: list[float] = field(default_factory=list)
-    waits: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    ranks: set[int] = field(default_factory=set)
-    channels: dict[int, list[float]] = field(default_factory=dict)
-
-
 class JobLoop:
     """One job's replanning: its policy and the searches and commits it asked for."""
 
@@ -110,15 +99,13 @@ class JobLoop:
         self.topology_error = ""
         self._resolve_topology()
         self.policy = Policy.new(cluster_key(self.topology_yaml), config.policy)
-        self._pending: dict[int, _Gather] = {}
-        self._fed_up_to = -1
-        self._highest_seen = -1
         self._search: tuple[int, asyncio.Task] | None = None
         self._same_as: dict[int, int] = {}          # version -> the version whose plan it re-installs
         self._measured: dict[int, deque] = {}
         self._since_switch = 0
         self._tasks: set[asyncio.Task] = set()
         self.last_outcome: SearchOutcome | None = None
+        self.timelines: dict[int, tuple[dict, ...]] = {}     # version -> the search's predicted timeline
 
     # ------------------------------------------------------------- inputs
     def _resolve_topology(self) -> None:
@@ -135,32 +122,9 @@ class JobLoop:
         self._resolve_topology()
         self._feed(ClusterChanged(cluster_key(self.topology_yaml)))
 
-    def telemetry(self, rank: int, iteration: int, seconds: float, wait: float, version: int,
-                  channels: dict[int, float] | None = None) -> None:
-        """One rank's telemetry of ``iteration`` (``channels``: its motif seconds per channel)."""
-        if iteration <= self._fed_up_to:
-            return
-        gather = self._pending.setdefault(iteration, _Gather())
-        if rank in gather.ranks:
-            return
-        gather.ranks.add(rank)
-        gather.seconds.append(seconds)
-        gather.waits.append(wait)
-        gather.versions.append(version)
-        for channel, motif_seconds in (channels or {}).items():
-            gather.channels.setdefault(channel, []).append(motif_seconds)
-        self._highest_seen = max(self._highest_seen, iteration)
-        while self._pending:
-            first = min(self._pending)
-            gather = self._pending[first]
-            if len(gather.ranks) < self.job.world_size and self._highest_seen - first < STALE_ITERATIONS:
-                break
-            del self._pending[first]
-            self._fed_up_to = first
-            version = max(set(gather.versions), key=gather.versions.count)
-            channel_seconds = tuple((c, statistics.fmean(values)) for c, values in sorted(gather.channels.items()))
-            self._iteration(Iteration(first, statistics.fmean(gather.seconds), statistics.fmean(gather.waits),
-                                      version, channel_seconds))
+    def iteration(self, it: JobIteration) -> None:
+        """One completed iteration of the job (the ranks' mean), in index order."""
+        self._iteration(Iteration(it.index, it.seconds, it.wait_seconds, it.version, it.channels))
 
     def _iteration(self, event: Iteration) -> None:
         running = self.policy.running
@@ -186,6 +150,14 @@ class JobLoop:
 
     def tick(self) -> None:
         self._feed(Tick())
+
+    def pause(self, paused: bool, reason: str = "") -> None:
+        """An operator paused (or resumed) replanning for the job."""
+        self._feed(Pause(reason) if paused else Resume(reason))
+
+    def replan_now(self, reason: str = "") -> None:
+        """An operator asked for a search now (the policy may say why not, as a note)."""
+        self._feed(ReplanNow(reason))
 
     def close(self) -> None:
         for task in list(self._tasks):
@@ -217,6 +189,7 @@ class JobLoop:
                     "iteration": self.policy.last_index, "phase": self.policy.phase}
         if isinstance(action, RequestPlan):
             document["trigger"] = action.trigger
+            self.core.metrics.on_replan(self.job.job_id, action.trigger)
         self.core.store_event(self.job.job_id, document)
 
     def _start(self, coroutine) -> asyncio.Task:
@@ -249,6 +222,9 @@ class JobLoop:
             if self._search is not None and self._search[0] == request:
                 self._search = None
         self.last_outcome = outcome
+        self.timelines[state.version] = outcome.timeline
+        for old in sorted(self.timelines)[:-MAX_TIMELINES]:
+            del self.timelines[old]
         running_text = ("" if outcome.running_seconds is None
                         else f"the running plan {outcome.running_seconds:.4f} s, ")
         refitted = ", ".join(f"channel {c} x{r:.2f}" for c, r in outcome.channel_ratios.items())
@@ -282,6 +258,10 @@ class JobLoop:
             await self.core.submit_stored(self.job.job_id, state.version)
         except Exception as error:
             self._feed(CommitFailed(to_version, str(error)))
+
+    def timeline(self, version: int) -> tuple[dict, ...]:
+        """The predicted timeline of plan ``version`` (a rollback's is the re-installed plan's); () if unknown."""
+        return self.timelines.get(self._same_as.get(version, version), ())
 
     def to_dict(self) -> dict:
         return {"policy": self.policy.to_dict(), "topology_error": self.topology_error,

@@ -1,17 +1,22 @@
-"""The gRPC server: the two servicers, health, reflection, auth, limits.
+"""The gRPC server (the two servicers, health, reflection, auth, limits) and,
+on its own port, the HTTP dashboard with ``/metrics`` — one process, one
+event loop, one service core.
 
 :class:`Service` builds everything from a :class:`ServiceConfig` value and
 starts I/O only in :meth:`Service.start` (which returns the bound port, so
-tests listen on port 0). ``p2 serve`` runs :func:`serve`, which stops cleanly
-on SIGTERM or SIGINT: it stops taking calls, closes the ranks' streams and the
-store, whose every write was already durable.
+tests listen on port 0; :attr:`Service.http_port` is the dashboard's).
+``p2 serve`` runs :func:`serve`, which stops cleanly on SIGTERM or SIGINT: it
+stops taking calls, closes the ranks' streams and the store, whose every write
+was already durable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import signal
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +27,14 @@ from grpc_reflection.v1alpha import reflection
 
 from optimizer_service.control.coordinator import Timing
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.metrics import ServiceMetrics
+from optimizer_service.p2.planner import Limits
 from optimizer_service.service.admin_servicer import OptimizerServicer
 from optimizer_service.service.auth import TokenInterceptor, server_credentials
 from optimizer_service.service.core import ServiceCore
 from optimizer_service.service.link_servicer import EnforcerLinkServicer
 from optimizer_service.service.replanning import ReplanConfig
+from optimizer_service.service.request_metrics import RequestMetricsInterceptor
 from optimizer_service.service.requests import MAX_MESSAGE_BYTES
 from optimizer_service.service.store.url import open_store
 from p2.v1 import enforcer_link_pb2, enforcer_link_pb2_grpc, optimizer_pb2, optimizer_pb2_grpc
@@ -57,22 +65,32 @@ class ServiceConfig:
     tick_seconds: float = 0.2
     crash_at: str | None = None             # fault injection for the crash tests (P2_CRASH_AT)
     replan: ReplanConfig | None = None      # None: no live replanning (plans come from operators only)
+    http: str | None = None                 # the dashboard's HOST:PORT (None: no HTTP port)
+    dashboard_public: bool = True           # the dashboard's pages and /metrics readable without the token
+    http_fallback: bool = False             # http is only the default: when its port is taken, take a free one
+    limits: Limits = Limits()               # the P² explorer's bounds
 
 
 class Service:
     def __init__(self, config: ServiceConfig) -> None:
         self.config = config
+        self.metrics = ServiceMetrics()
         self.core = ServiceCore(lambda: open_store(config.store_url, default_path=config.default_store_path),
                                 timing=config.timing, tick_seconds=config.tick_seconds, crash_at=config.crash_at,
-                                replan=config.replan)
+                                replan=config.replan, metrics=self.metrics)
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.port = 0
+        self.http_port = 0
+        self._http = None
+        self._http_task: asyncio.Task | None = None
+        self._http_socket: socket.socket | None = None
 
     async def start(self) -> int:
         credentials = server_credentials(self.config.tls_cert, self.config.tls_key, self.config.tls_ca)
         await self.core.start()
-        interceptors = [TokenInterceptor(self.config.token)] if self.config.token else []
+        interceptors = [RequestMetricsInterceptor(self.metrics)]
+        interceptors += [TokenInterceptor(self.config.token)] if self.config.token else []
         self.server = grpc.aio.server(interceptors=interceptors, options=OPTIONS)
         optimizer_pb2_grpc.add_OptimizerServicer_to_server(OptimizerServicer(self.core), self.server)
         enforcer_link_pb2_grpc.add_EnforcerLinkServicer_to_server(EnforcerLinkServicer(self.core), self.server)
@@ -92,14 +110,65 @@ class Service:
             raise InvalidInputError(f"cannot listen on {self.config.listen}: the address is in use or not local; "
                                     "give another with --listen HOST:PORT")
         await self.server.start()
+        if self.config.http:
+            try:
+                await self._start_http()
+            except BaseException:
+                await self.server.stop(0)
+                await self.core.stop()
+                raise
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("service: listening on %s (port %d)%s%s", self.config.listen, self.port,
                  ", TLS" if credentials else "", ", token required" if self.config.token else "")
         return self.port
 
+    async def _start_http(self) -> None:
+        """The dashboard on ``config.http``, served by uvicorn on this event loop (no signal handlers of its own)."""
+        import uvicorn
+
+        from optimizer_service.dashboard.app import DashboardConfig, create_app
+
+        host, port = split_address(self.config.http, "--http")
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        try:
+            try:
+                sock = socket.create_server((host, port), family=family)
+            except OSError as error:
+                if not (self.config.http_fallback and error.errno == errno.EADDRINUSE):
+                    raise
+                sock = socket.create_server((host, 0), family=family)
+                log.warning("service: port %d is in use; the dashboard takes port %d (--http sets one)", port,
+                            sock.getsockname()[1])
+        except OSError as error:
+            raise InvalidInputError(f"cannot serve the dashboard on {self.config.http}: {error.strerror}; give "
+                                    "another address with --http HOST:PORT (port 0 picks a free one)") from None
+        self._http_socket = sock
+        self.http_port = sock.getsockname()[1]
+        app = create_app(self.core, DashboardConfig(token=self.config.token, public=self.config.dashboard_public,
+                                                    limits=self.config.limits))
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1)
+        config.load()
+        server = uvicorn.Server(config)
+        server.lifespan = config.lifespan_class(config)
+        await server.startup(sockets=[sock])
+        self._http = server
+        self._http_task = asyncio.get_running_loop().create_task(server.main_loop())
+        log.info("service: dashboard on http://%s:%d/", host if host not in ("0.0.0.0", "::") else "localhost",
+                 self.http_port)
+
+    async def _stop_http(self) -> None:
+        if self._http is None:
+            return
+        self._http.should_exit = True
+        if self._http_task is not None:
+            await self._http_task
+        await self._http.shutdown(sockets=[self._http_socket] if self._http_socket else None)
+        self._http = None
+
     async def stop(self, grace: float = 2.0) -> None:
         await self.health.enter_graceful_shutdown()
+        await self._stop_http()
         if self.server is not None:
             stopping = self.server.stop(grace)
             for job in self.core.jobs.values():       # end the ranks' streams so the grace period is not waited out
@@ -129,3 +198,12 @@ async def serve(config: ServiceConfig, ready: Callable[[Service], None] | None =
     await service.stop()
     if service.core.fenced_by is not None:
         raise service.core.fenced_by
+
+
+def split_address(address: str, flag: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8080`` for IPv6) as a pair; one line naming ``flag`` when it is not one."""
+    host, sep, port = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidInputError(f"{flag} {address!r} is not HOST:PORT (e.g. 127.0.0.1:8080; port 0 picks a free one)")
+    return host, int(port)

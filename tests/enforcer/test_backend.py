@@ -85,4 +85,4 @@ def test_bypassing_ops_are_counted_per_kind_and_functional_collectives_are_not_b
         assert result["bypassed"] == {"c10d.barrier": 2}
         assert result["ops"].get("all_gather_into_tensor_coalesced") == 1
         rank = result["metrics"].split('rank="', 1)[1].split('"', 1)[0]
-        assert f'p2_enforcer_bypassed_total{{op="c10d.barrier",rank="{rank}"}} 2.0' in result["metrics"]
+        assert f'p2_rank_bypassed_total{{op="c10d.barrier",rank="{rank}"}} 2.0' in result["metrics"]

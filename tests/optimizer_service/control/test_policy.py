@@ -25,6 +25,7 @@ from optimizer_service.control.policy import (
     Pause,
     Policy,
     PolicyConfig,
+    ReplanNow,
     RequestPlan,
     Resume,
     RollBack,
@@ -495,6 +496,20 @@ def test_pause_cancels_the_search_and_holds_replanning_until_resume():
     assert [a.kind for a in actions] == ["resumed"] and not state.paused
     assert step(state, Resume(), 0.0)[1] == []
     assert [r.trigger for r in of(feed(state, PASSTHROUGH)[1], RequestPlan)] == ["first"]
+
+
+def test_replan_now_searches_at_once_but_not_while_paused_or_busy():
+    state, _ = feed(Policy.new("A"), PASSTHROUGH, 16)          # before first_plan_after: no trigger of its own
+    state, actions = step(state, ReplanNow("new driver"), 1.0)
+    [request] = of(actions, RequestPlan)
+    assert request.trigger == "operator" and "new driver" in request.reason and state.phase == "searching"
+    again, actions = step(state, ReplanNow(), 1.0)               # a search is under way: that one decides
+    assert notes(actions, "ignored") and not of(actions, RequestPlan) and again == state
+    paused, _ = step(Policy.new("A"), Pause(), 0.0)
+    paused, actions = step(paused, ReplanNow(), 0.0)
+    assert not of(actions, RequestPlan) and "paused" in notes(actions, "ignored")[0].reason
+    state, actions = step(state, SearchDone(request.request, 1, PREDICTED), 2.0)   # then the usual rules
+    assert [c.version for c in of(actions, Commit)] == [1]
 
 
 # ---------------------------------------------------------------- values

@@ -1,0 +1,123 @@
+"""The FastAPI app: pages, ``/api/``, ``/metrics``, ``/healthz`` over one service core.
+
+:func:`create_app` builds it from values; ``p2 serve`` runs it with uvicorn on
+the service's event loop (:mod:`optimizer_service.service.server`), so every
+handler calls the core directly, as the gRPC servicers do. Errors map to
+statuses in one place (:func:`_install_errors`): a page gets an error page,
+``/api/`` a JSON ``{"error", "field"}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi.staticfiles import StaticFiles
+
+from optimizer_service.dashboard import api, pages
+from optimizer_service.dashboard.auth import Access, AuthError
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.metrics import CONTENT_TYPE, Stopwatch
+from optimizer_service.service.core import NotFoundError, RefusedError, ServiceCore
+from optimizer_service.service.explore import Limits
+from optimizer_service.service.requests import RequestError
+
+log = logging.getLogger("p2.service")
+STATIC = Path(__file__).resolve().parent / "static"
+#: uPlot (from the npm registry, put here by scripts/setup.sh; not committed).
+VENDOR = STATIC / "vendor"
+
+
+@dataclass(frozen=True)
+class DashboardConfig:
+    token: str | None = None        # the service's token: mutations need it (none: the dashboard is read-only)
+    public: bool = True             # reads without the token (P2_DASHBOARD_PUBLIC)
+    limits: Limits = Limits()       # the P² explorer's bounds (Settings.limits())
+
+
+def charts_available() -> bool:
+    return (VENDOR / "uPlot.iife.min.js").is_file() and (VENDOR / "uPlot.min.css").is_file()
+
+
+def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig()) -> FastAPI:
+    app = FastAPI(title="p2 optimizer service", version="1", docs_url="/docs", redoc_url=None,
+                  description="Jobs, plans, telemetry and the P² explorer of one optimizer service. "
+                  "Mutations need the service's token as 'Authorization: Bearer TOKEN'.")
+    app.state.core = core
+    app.state.access = Access(config.token, config.public)
+    app.state.limits = config.limits
+    app.state.charts = charts_available()
+    app.state.explore_lock = asyncio.Lock()
+    app.include_router(api.router)
+    app.include_router(pages.router)
+    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+
+    @app.get("/healthz", response_class=PlainTextResponse, summary="Liveness: 'ok' while the service runs")
+    async def healthz() -> str:
+        return "ok"
+
+    @app.get("/metrics", summary="Prometheus metrics of the service and its jobs")
+    async def metrics(request: Request) -> Response:
+        app.state.access.check_read(request)
+        return Response(core.metrics.exposition(), media_type=CONTENT_TYPE)
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next):
+        with Stopwatch() as watch:
+            response = await call_next(request)
+        route = request.scope.get("route")
+        name = getattr(route, "path", None) or ("static" if request.url.path.startswith("/static/") else "unknown")
+        core.metrics.on_request("http", f"{request.method} {name}", watch.seconds,
+                                str(response.status_code) if response.status_code >= 400 else None)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        return response
+
+    _install_errors(app)
+    return app
+
+
+def _status(error: Exception) -> int:
+    if isinstance(error, AuthError):
+        return error.status
+    if isinstance(error, NotFoundError):
+        return 404
+    if isinstance(error, RefusedError):
+        return 409
+    if isinstance(error, api.BusyError):
+        return 429
+    return 422
+
+
+def _install_errors(app: FastAPI) -> None:
+    def answer(request: Request, status: int, message: str, field: str | None = None):
+        message = " ".join(message.split())
+        if request.url.path.startswith("/api/") or request.url.path == "/metrics":
+            body = {"error": message} | ({"field": field} if field else {})
+            return JSONResponse(body, status_code=status)
+        html = pages.templates.get_template("error.html").render(
+            request=request, title=f"{status}", status=status, message=message, field=field, charts=False,
+            writable=False)
+        return HTMLResponse(html, status_code=status)
+
+    @app.exception_handler(AuthError)
+    @app.exception_handler(InvalidInputError)
+    async def known(request: Request, error: Exception):
+        field = error.field if isinstance(error, RequestError) else None
+        return answer(request, _status(error), str(error), field)
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(request: Request, error: RequestValidationError):
+        first = error.errors()[0] if error.errors() else {}
+        where = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path", "form")]
+        field = ".".join(where) or None
+        return answer(request, 422, f"{field or 'request'}: {first.get('msg', 'invalid')}", field)
+
+    @app.exception_handler(404)
+    async def not_found(request: Request, error: Exception):
+        return answer(request, 404, f"no page {request.url.path}; the jobs are at /, the API at /docs")

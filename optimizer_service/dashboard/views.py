@@ -1,0 +1,176 @@
+"""The dashboard's data: plain dicts built from the service core, shared by the
+JSON API and the HTML pages (a page shows exactly what its ``/api/`` route
+returns). Field names follow ``p2 jobs show --json`` where they overlap."""
+
+from __future__ import annotations
+
+import time
+
+from optimizer_service.plan import Plan
+from optimizer_service.service.core import ServiceCore
+from optimizer_service.service.jobs import Job, PlanState
+from optimizer_service.service.plan_view import plan_diff, plan_view
+
+SPARKLINE = 60              # iterations in a jobs-page sparkline
+TELEMETRY_PAGE = 1_000      # iterations one telemetry answer carries at most
+
+
+def _loop(core: ServiceCore, job: Job):
+    return core.replanner.loops.get(job.job_id) if core.replanner is not None else None
+
+
+def job_summary(core: ServiceCore, job: Job) -> dict:
+    """One row of the jobs page."""
+    expected = core.prediction(job)
+    history = list(job.live.history)
+    loop = _loop(core, job)
+    now = core.clock()
+    connected = {rank for rank, info in job.ranks.items() if info.connected}
+    return {"job_id": job.job_id, "state": job.state, "world_size": job.world_size,
+            "ranks_registered": len(job.ranks), "ranks_connected": len(connected),
+            "committed_version": job.coordinator.committed, "running_version": expected["running_version"],
+            "iteration": max((info.iteration for info in job.ranks.values()), default=0),
+            "iteration_seconds": job.live.median_seconds(20),
+            "predicted_seconds": expected["predicted_seconds"], "measured_seconds": expected["measured_seconds"],
+            "prediction_error_ratio": expected["error_ratio"],
+            "sparkline": [round(it.seconds, 6) for it in history[-SPARKLINE:]],
+            "lagging": len(job.live.lagging(connected, now)),
+            "replanning": None if loop is None else {"phase": loop.policy.phase, "paused": loop.policy.paused},
+            "created_unix": job.created_unix}
+
+
+def jobs(core: ServiceCore) -> list[dict]:
+    return [job_summary(core, job) for _, job in sorted(core.jobs.items())]
+
+
+def job_detail(core: ServiceCore, job: Job) -> dict:
+    """The job page: the summary, every rank, dispatcher waits, plans, the policy."""
+    now = core.clock()
+    connected = {rank for rank, info in job.ranks.items() if info.connected}
+    lagging = job.live.lagging(connected, now)
+    ranks = []
+    for rank in range(job.world_size):
+        info = job.ranks.get(rank)
+        live = job.live.ranks.get(rank)
+        ranks.append({"rank": rank, "registered": info is not None,
+                      "host": info.host if info else "", "backend": info.backend if info else "",
+                      "connected": bool(info and info.connected),
+                      "iteration": info.iteration if info else 0,
+                      "running_version": info.running_version if info else 0,
+                      "last_seen_unix": info.last_seen_unix if info else 0.0,
+                      "last_iteration_seconds": live.seconds if live else None,
+                      "last_wait_seconds": live.wait_seconds if live else None,
+                      "lagging": rank in lagging})
+    loop = _loop(core, job)
+    return {**job_summary(core, job), "epoch": job.coordinator.epoch, "switch_every": job.switch_every,
+            "topology": job.topology if "\n" not in job.topology else "(YAML from the ranks)",
+            "ranks": ranks, "waits": job.live.wait_table()[:200],
+            "plans": [plan_state(state) for state in sorted(job.plans.values(), key=lambda p: p.version)],
+            "policy": None if loop is None else loop.to_dict()["policy"],
+            "topology_error": None if loop is None else loop.topology_error or None,
+            "now_unix": now}
+
+
+def plan_state(state: PlanState) -> dict:
+    """A plan's record: its two-phase commit (per rank), origin, predicted and measured time."""
+    data = state.to_dict()
+    data["state"] = state.state
+    data["ranks"] = [{"rank": rank, "state": value[0], "reason": value[1]}
+                     for rank, value in sorted(state.ranks.items())]
+    return data
+
+
+def telemetry(core: ServiceCore, job: Job, since: int) -> dict:
+    """Iterations after index ``since`` (at most :data:`TELEMETRY_PAGE`, the newest), and the
+    plan switches among them, for the live chart."""
+    rows = [it for it in job.live.history if it.index > since][-TELEMETRY_PAGE:]
+    predicted = {v: s.predicted_seconds for v, s in job.plans.items()}
+    switches, previous = [], None
+    for it in rows:
+        if previous is not None and it.version != previous:
+            switches.append({"iteration": it.index, "version": it.version})
+        previous = it.version
+    return {"job_id": job.job_id, "iterations": [dict(it.to_dict(), predicted_seconds=predicted.get(it.version))
+                                                 for it in rows],
+            "switches": switches, "last": rows[-1].index if rows else since}
+
+
+async def events(core: ServiceCore, job: Job, limit: int) -> dict:
+    """The job's event log (this service's recent events, newest last) and its stored replanning decisions."""
+    recent = [{"unix": e.unix, "kind": e.kind, "version": e.version, "rank": e.rank, "message": e.message}
+              for e in core.events.recent(job.job_id, limit)]
+    decisions = await core.decisions(job.job_id, limit)
+    return {"job_id": job.job_id, "events": recent,
+            "decisions": [{k: v for k, v in d.items() if k != "search"} for d in decisions]}
+
+
+async def plan_detail(core: ServiceCore, job: Job, version: int) -> dict:
+    state, stored = await core.plan(job.job_id, version)
+    plan = Plan.parse(stored.plan_json)
+    topology = core.topology_yaml(job)
+    return {"job_id": job.job_id, "record": plan_state(state), "plan": plan_view(plan, topology),
+            "submitted_unix": stored.submitted_unix}
+
+
+async def previous_plan(core: ServiceCore, job: Job, version: int) -> Plan | None:
+    """The plan committed before ``version`` (None: passthrough)."""
+    earlier = [v for v, s in job.plans.items() if v < version and s.decision == "commit"]
+    if not earlier:
+        return None
+    _, stored = await core.plan(job.job_id, max(earlier))
+    return Plan.parse(stored.plan_json)
+
+
+async def diff(core: ServiceCore, job: Job, version: int, against: int | None) -> dict:
+    _, stored = await core.plan(job.job_id, version)
+    new = Plan.parse(stored.plan_json)
+    if against is None:
+        old = await previous_plan(core, job, version)
+    elif against == 0:
+        old = None
+    else:
+        old = Plan.parse((await core.plan(job.job_id, against))[1].plan_json)
+    return plan_diff(old, new)
+
+
+def gantt(core: ServiceCore, job: Job, version: int, rank: int) -> dict:
+    """One iteration of plan ``version``: the search's predicted timeline and
+    ``rank``'s last measured one (when that rank last ran this version)."""
+    loop = _loop(core, job)
+    predicted = list(loop.timeline(version)) if loop is not None else []
+    timeline = job.live.timelines.get(rank)
+    measured = None
+    if timeline is not None and timeline["version"] == version:
+        measured = measured_lanes(timeline)
+    return {"job_id": job.job_id, "version": version, "rank": rank, "predicted": predicted, "measured": measured,
+            "measured_iteration": None if measured is None else timeline["iteration"],
+            "measured_seconds": None if measured is None else timeline["seconds"]}
+
+
+def measured_lanes(timeline: dict) -> list[dict]:
+    """A rank's iteration as Gantt rows: motifs per channel, ops passed through on
+    ``passthrough``, and compute between op issues (how the trace DAG reads compute)."""
+    rows = [{"name": m["label"], "lane": f"ch{m['channel']}", "start": m["start"], "end": m["end"]}
+            for m in timeline["motifs"]]
+    rows += [{"name": op["label"], "lane": "passthrough", "start": op["start"], "end": op["end"]}
+             for op in timeline["ops"] if not op["planned"]]
+    issues = sorted(op["start"] for op in timeline["ops"])
+    edges = [0.0, *issues, timeline["seconds"]]
+    rows += [{"name": "compute", "lane": "compute", "start": a, "end": b} for a, b in zip(edges, edges[1:]) if b > a]
+    return rows
+
+
+def ago(unix: float, now: float | None = None) -> str:
+    if not unix:
+        return "never"
+    seconds = max(0.0, (now or time.time()) - unix)
+    return f"{seconds:.0f} s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
+
+
+def duration(seconds: float | None) -> str:
+    """``12.3 ms``, ``45 µs``, ``1.20 s``; ``–`` for none."""
+    if seconds is None:
+        return "–"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1e3:.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.0f} µs"

@@ -1,0 +1,51 @@
+"""The service's gRPC request latency and errors (``p2_service_request_seconds``,
+``p2_service_request_errors_total``), measured by a server interceptor.
+
+Unary calls are timed from the handler's start to its answer; streams (a
+rank's ``Connect``, ``Watch``, ``GetTraces``) are not: their length is the
+job's or the client's, not the service's."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from optimizer_service.metrics import ServiceMetrics
+
+
+class RequestMetricsInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, metrics: ServiceMetrics) -> None:
+        self.metrics = metrics
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        if handler is None or handler.request_streaming or handler.response_streaming:
+            return handler
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        inner = handler.unary_unary
+        metrics = self.metrics
+
+        async def timed(request, context):
+            code = "UNKNOWN"
+            started = time.perf_counter()
+            try:
+                answer = await inner(request, context)
+                code = None
+                return answer
+            except BaseException:
+                code = _code(context)
+                raise
+            finally:
+                metrics.on_request("grpc", method, time.perf_counter() - started, code)
+
+        return grpc.unary_unary_rpc_method_handler(timed, request_deserializer=handler.request_deserializer,
+                                                   response_serializer=handler.response_serializer)
+
+
+def _code(context) -> str:
+    try:
+        code = context.code()
+    except Exception:
+        code = None
+    return code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"

@@ -1,0 +1,235 @@
+"""Every dashboard route with FastAPI's test client, on a real service (gRPC on
+port 0, SQLite) whose jobs are simulated ranks streaming telemetry over real
+gRPC: reads, the token-guarded mutations, and bad input (404 / 422 with the
+field, nothing stored)."""
+
+from __future__ import annotations
+
+import json
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from optimizer_service.plan import Plan
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Par, comm_op, on_channel
+from optimizer_service.plan.op_plan import OpKey, OpPlan
+from optimizer_service.syndicate.transforms import segment
+from tests.dashboard.conftest import TOKEN, running_dashboard
+
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+ELEMENTS = 1 << 18
+
+
+def two_channel_plan(world: int = 4) -> dict:
+    """Two all-reduces (the simulated ranks' ops), each in two halves, one per channel."""
+    ops = []
+    for seq in range(2):
+        half = ELEMENTS // 2
+        parts = tuple(on_channel(piece, channel) for channel, piece in
+                      enumerate(segment(comm_op(Collective.ALL_REDUCE, range(world), ELEMENTS), half).parts))
+        ops.append(OpPlan.of(OpKey(seq, "all_reduce", ELEMENTS * 4, tuple(range(world))), Par(parts),
+                             base=2 * seq))
+    return json.loads(Plan(1, world, {0: None, 1: None}, tuple(ops)).to_json())
+
+
+def metric_samples(text: str) -> dict:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def running_job(dashboard, job: str = "alpha", world: int = 4, iterations: int = 20):
+    dashboard.job(job, world)
+    return dashboard.until(lambda: next((j for j in dashboard.client.get("/api/jobs").json()["jobs"]
+                                        if j["job_id"] == job and j["iteration"] >= iterations
+                                        and j["iteration_seconds"]), None), what=f"{job} to run")
+
+
+def test_reads_show_a_running_job(dashboard):
+    client = dashboard.client
+    summary = running_job(dashboard)
+    assert summary["state"] == "live" and summary["ranks_connected"] == 4 and summary["committed_version"] == 0
+    assert 0.04 < summary["iteration_seconds"] < 0.07 and len(summary["sparkline"]) >= 10
+    assert summary["replanning"] == {"phase": "waiting", "paused": False} and summary["lagging"] == 0
+
+    job = client.get("/api/jobs/alpha").json()
+    assert [r["rank"] for r in job["ranks"]] == [0, 1, 2, 3] and all(r["connected"] for r in job["ranks"])
+    assert job["plans"] == [] and job["waits"] == [] and job["policy"]["phase"] == "waiting"
+
+    telemetry = client.get("/api/jobs/alpha/telemetry", params={"since": -1}).json()
+    indices = [it["iteration"] for it in telemetry["iterations"]]
+    assert indices == sorted(indices) and len(indices) >= 15 and telemetry["last"] == indices[-1]
+    assert all(it["ranks"] == 4 and it["version"] == 0 for it in telemetry["iterations"])
+    newer = client.get("/api/jobs/alpha/telemetry", params={"since": telemetry["last"]}).json()
+    assert all(it["iteration"] > telemetry["last"] for it in newer["iterations"])
+
+    events = client.get("/api/jobs/alpha/events", params={"limit": 50}).json()
+    kinds = [e["kind"] for e in events["events"]]
+    assert kinds.count("registered") == 4 and "live" in kinds
+
+    topology = client.get("/api/jobs/alpha/topology").json()
+    assert topology["name"] == "dash-2x2" and topology["device_count"] == 4 and topology["channels"] == [0, 1]
+    assert "gcp-v100-2n" in client.get("/api/topologies").json()["presets"]
+    preset = client.get("/api/topologies/gcp-v100-2n").json()
+    assert preset["device_count"] == 16 and [level["cardinality"] for level in preset["levels"]] == [2, 8]
+
+    explored = client.get("/api/explore", params={"topology": "gcp-v100-2n", "axes": "2,8", "reduce": "1",
+                                                  "max_size": 3, "placements": 2, "programs": 2}).json()
+    assert explored["placements"] and explored["best"]["predicted_seconds"] > 0
+    seconds = [p["programs"][0]["predicted_seconds"] for p in explored["placements"]]
+    assert seconds == sorted(seconds) and explored["placements"][0]["programs"][0]["steps"][0]["states_after"]
+
+    assert client.get("/healthz").text == "ok"
+    metrics = metric_samples(client.get("/metrics").text)
+    assert metrics[("p2_ranks_connected", (("job", "alpha"),))] == 4
+    assert metrics[("p2_iteration_seconds_count", (("job", "alpha"),))] >= 15
+    assert metrics[("p2_enforcer_ops_total", (("job", "alpha"), ("kind", "all_reduce"), ("planned", "false")))] > 0
+    assert ("p2_service_request_seconds_count", (("method", "GET /api/jobs"), ("transport", "http"))) in metrics
+    assert client.get("/openapi.json").json()["paths"]["/api/jobs/{job_id}/plans"]["post"]
+
+
+def test_a_plan_submitted_with_the_token_commits_and_shows_everywhere(dashboard):
+    client = dashboard.client
+    running_job(dashboard)
+    plan = two_channel_plan()
+    assert client.post("/api/jobs/alpha/plans", json=plan).status_code == 401
+    assert client.post("/api/jobs/alpha/plans", json=plan, headers={"Authorization": "Bearer nope"}).status_code == 401
+    cross = client.post("/api/jobs/alpha/plans", json=plan, headers={**AUTH, "Origin": "https://evil.example"})
+    assert cross.status_code == 403 and "cross-site" in cross.json()["error"]
+    assert client.get("/api/jobs/alpha/plans").json()["plans"] == []          # nothing refused was stored
+
+    answer = client.post("/api/jobs/alpha/plans", json=plan, headers={**AUTH, "Origin": "http://testserver"})
+    assert answer.status_code == 202 and answer.json()["version"] == 1
+    dashboard.until(lambda: client.get("/api/jobs/alpha").json()["committed_version"] == 1, what="the commit")
+    record = dashboard.until(lambda: next((p for p in client.get("/api/jobs/alpha/plans").json()["plans"]
+                                           if len(p["ranks"]) == 4 and all(r["state"] == "acked_commit"
+                                                                           for r in p["ranks"])), None),
+                             what="every rank's ack")
+    assert record["state"] == "committed" and record["origin"] == ""
+
+    detail = client.get("/api/jobs/alpha/plans/1").json()
+    ops = detail["plan"]["ops"]
+    assert [op["seq"] for op in ops] == [0, 1] and detail["plan"]["priced"]
+    assert [m["channel"] for m in ops[0]["motifs"]] == [0, 1] and all(m["predicted_seconds"] > 0
+                                                                      for m in ops[0]["motifs"])
+    assert ops[0]["predicted_seconds"] == max(m["predicted_seconds"] for m in ops[0]["motifs"])   # ∥ halves
+    diff = client.get("/api/jobs/alpha/plans/1/diff").json()
+    assert diff["from_version"] == 0 and diff["counts"]["added"] == 2 and diff["channels_changed"]
+
+    gantt = dashboard.until(lambda: (g := client.get("/api/jobs/alpha/plans/1/gantt").json())["measured"] and g,
+                            what="a measured timeline of v1")
+    lanes = {row["lane"] for row in gantt["measured"]}
+    assert {"ch0", "ch1", "compute"} <= lanes and gantt["predicted"] == []     # an operator's plan has no search
+
+    job = dashboard.until(lambda: (j := client.get("/api/jobs/alpha").json())["waits"] and j["running_version"] == 1
+                          and j, what="dispatcher waits under v1")
+    assert {(w["op"], w["channel"]) for w in job["waits"]} >= {("all_reduce#0", 0), ("all_reduce#1", 1)}
+    metrics = metric_samples(client.get("/metrics").text)
+    assert metrics[("p2_commits_total", (("job", "alpha"), ("outcome", "commit")))] == 1
+    assert metrics[("p2_plan_version", (("job", "alpha"),))] == 1
+    assert metrics[("p2_enforcer_ops_total", (("job", "alpha"), ("kind", "all_reduce"), ("planned", "true")))] > 0
+    assert metrics[("p2_dispatch_wait_seconds_total", (("channel", "1"), ("job", "alpha"), ("rank", "2")))] > 0
+
+
+def test_replan_now_and_pause_reach_the_policy_and_the_log(dashboard):
+    client = dashboard.client
+    running_job(dashboard)
+    assert client.post("/api/jobs/alpha/replan", json={}).status_code == 401
+    answer = client.post("/api/jobs/alpha/replan", json={"reason": "driver upgrade"}, headers=AUTH).json()
+    assert answer["policy"]["phase"] == "searching" and answer["policy"]["pending"]["trigger"] == "operator"
+    events = client.get("/api/jobs/alpha/events").json()["events"]
+    assert any(e["kind"] == "replan" and "driver upgrade" in e["message"] for e in events)
+    metrics = metric_samples(client.get("/metrics").text)
+    assert metrics[("p2_replans_total", (("job", "alpha"), ("reason", "operator")))] == 1
+
+    paused = client.post("/api/jobs/alpha/replanning", json={"paused": True, "reason": "incident"}, headers=AUTH)
+    assert paused.json()["policy"]["paused"] is True and paused.json()["policy"]["phase"] == "waiting"
+    again = client.post("/api/jobs/alpha/replan", json={}, headers=AUTH).json()
+    assert again["policy"]["pending"] is None                       # paused: no search
+    kinds = [e["kind"] for e in client.get("/api/jobs/alpha/events").json()["events"]]
+    assert "paused" in kinds and kinds[-1] == "ignored"
+    resumed = client.post("/api/jobs/alpha/replanning", json={"paused": False}, headers=AUTH).json()
+    assert resumed["policy"]["paused"] is False
+    assert client.get("/api/jobs").json()["jobs"][0]["replanning"]["paused"] is False
+
+
+def test_bad_input_is_one_line_with_its_field_and_stores_nothing(dashboard):
+    client = dashboard.client
+    running_job(dashboard, iterations=2)
+    missing = client.get("/api/jobs/nope")
+    assert missing.status_code == 404 and "no job 'nope'" in missing.json()["error"]
+    assert client.get("/api/jobs/alpha/plans/7").status_code == 404
+    assert client.get("/api/jobs/alpha/plans/7/gantt").status_code == 404
+    zero = client.get("/api/jobs/alpha/plans/0")
+    assert zero.status_code == 422 and zero.json()["field"] == "version"
+    assert client.get("/api/jobs/alpha/telemetry", params={"since": -5}).json()["field"] == "since"
+    assert client.get("/api/jobs/alpha/events", params={"limit": 0}).json()["field"] == "limit"
+    bad_axes = client.get("/api/explore", params={"topology": "gcp-v100-2n", "axes": "x", "reduce": "1"})
+    assert bad_axes.status_code == 422 and bad_axes.json()["error"].startswith("axes:")
+    assert "unknown" in client.get("/api/topologies/nowhere").json()["error"]
+    assert client.get("/api/explore", params={"topology": "gcp-v100-2n", "axes": "2,8"}).json()["field"] == "reduce"
+
+    not_json = client.post("/api/jobs/alpha/plans", content=b"{not json", headers={**AUTH,
+                                                                                "Content-Type": "application/json"})
+    assert not_json.status_code == 422
+    broken = two_channel_plan()
+    broken["ops"][0]["plan"] = "AllReduce(0,1,9)[0:4]"
+    answer = client.post("/api/jobs/alpha/plans", json=broken, headers=AUTH)
+    assert answer.status_code == 422 and answer.json()["field"] == "plan" and "\n" not in answer.json()["error"]
+    wrong_world = two_channel_plan(world=8)
+    assert client.post("/api/jobs/alpha/plans", json=wrong_world, headers=AUTH).status_code in (409, 422)
+    long_reason = client.post("/api/jobs/alpha/replan", json={"reason": "x" * 500}, headers=AUTH)
+    assert long_reason.status_code == 422 and long_reason.json()["field"] == "reason"
+    assert client.post("/api/jobs/alpha/replanning", json={}, headers=AUTH).json()["field"] == "paused"
+    assert client.get("/api/jobs/alpha/plans").json()["plans"] == []
+    assert client.get("/api/jobs/alpha").json()["policy"]["phase"] == "waiting"
+
+    page = client.get("/jobs/nope")
+    assert page.status_code == 404 and "text/html" in page.headers["content-type"] and "no job" in page.text
+    assert client.get("/no/such/page").status_code == 404
+
+
+def test_pages_render_what_the_api_returns(dashboard):
+    client = dashboard.client
+    running_job(dashboard)
+    client.post("/api/jobs/alpha/plans", json=two_channel_plan(), headers=AUTH)
+    dashboard.until(lambda: client.get("/api/jobs/alpha").json()["committed_version"] == 1, what="the commit")
+    jobs = client.get("/")
+    assert jobs.status_code == 200 and 'href="/jobs/alpha"' in jobs.text and "<svg" in jobs.text
+    job = client.get("/jobs/alpha")
+    assert 'data-job="alpha"' in job.text and job.text.count("<tr") >= 4 + 1 and "v1" in job.text
+    plan = client.get("/jobs/alpha/plans/1")
+    assert plan.status_code == 200 and "all_reduce" in plan.text and "Two-phase commit" in plan.text
+    assert "2 added" in plan.text
+    topology = client.get("/topology", params={"name": "gcp-v100-2n"})
+    assert topology.status_code == 200 and "gcp-v100-2n" in topology.text and "Gbit/s" in topology.text
+    explored = client.get("/explore", params={"topology": "gcp-v100-2n", "axes": "2,8", "reduce": "1",
+                                              "max_size": 3})
+    assert explored.status_code == 200 and "placement" in explored.text and "lowered steps" in explored.text
+    refused = client.get("/explore", params={"topology": "gcp-v100-2n", "axes": "2,8", "reduce": "5"})
+    assert refused.status_code == 200 and 'class="error"' in refused.text
+    assert client.get("/login").status_code == 200 and client.get("/docs").status_code == 200
+
+
+def test_reads_need_the_token_when_the_dashboard_is_not_public(tmp_path):
+    with running_dashboard(tmp_path, public=False) as dashboard:
+        client = dashboard.client
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/api/jobs").status_code == 401 and client.get("/metrics").status_code == 401
+        assert client.get("/api/jobs", headers=AUTH).status_code == 200
+        redirect = client.get("/", follow_redirects=False)
+        assert redirect.status_code == 303 and redirect.headers["location"].startswith("/login")
+        assert client.post("/login", data={"token": "wrong", "next": "/"}, follow_redirects=False).status_code == 401
+        logged = client.post("/login", data={"token": TOKEN, "next": "/"}, follow_redirects=False)
+        assert logged.status_code == 303 and "httponly" in logged.headers["set-cookie"].lower()
+        assert client.get("/").status_code == 200 and client.get("/api/jobs").status_code == 200
+        # the cookie opens reads, never mutations
+        assert client.post("/api/jobs/x/replan", json={}).status_code == 401
+
+
+def test_a_service_without_a_token_is_read_only(tmp_path):
+    with running_dashboard(tmp_path, token=None) as dashboard:
+        dashboard.job("beta", 2)
+        dashboard.until(lambda: dashboard.client.get("/api/jobs").json()["jobs"], what="the job")
+        answer = dashboard.client.post("/api/jobs/beta/plans", json=two_channel_plan(2))
+        assert answer.status_code == 403 and "--token-file" in answer.json()["error"]
+        assert "Read-only" in dashboard.client.get("/").text
