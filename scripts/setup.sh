@@ -49,16 +49,21 @@ pip install --upgrade pip
 # instead of downloading gigabytes of CUDA packages.
 pip install torch==2.13.0
 pip install -e '.[dev]'
-# The dashboard's chart library, from the npm registry (not committed; pages work without it).
-uplot=1.6.32
+# The dashboard's chart library and its API page's Swagger UI, from the npm
+# registry (not committed, no CDN at run time; pages work without them).
+uplot=1.6.32 swagger=5.35.0
 if command -v npm >/dev/null; then
-    if npm install --silent --no-save --no-audit --no-fund --prefix .venv/npm "uplot@$uplot" >> "$log" 2>&1; then
+    if npm install --silent --no-save --no-audit --no-fund --prefix .venv/npm "uplot@$uplot" \
+            "swagger-ui-dist@$swagger" >> "$log" 2>&1; then
         mkdir -p $vendor
-        cp .venv/npm/node_modules/uplot/dist/uPlot.iife.min.js .venv/npm/node_modules/uplot/dist/uPlot.min.css \
-            .venv/npm/node_modules/uplot/LICENSE $vendor/
+        modules=.venv/npm/node_modules
+        cp $modules/uplot/dist/uPlot.iife.min.js $modules/uplot/dist/uPlot.min.css $vendor/
+        cp $modules/uplot/LICENSE $vendor/uPlot.LICENSE
+        cp $modules/swagger-ui-dist/swagger-ui-bundle.js $modules/swagger-ui-dist/swagger-ui.css $vendor/
+        cp $modules/swagger-ui-dist/LICENSE $vendor/swagger-ui.LICENSE
     else
         tail -n 10 "$log" >&2
-        echo "setup: 'npm install uplot@$uplot' failed: the dashboard will show tables without charts" >&2
+        echo "setup: 'npm install uplot swagger-ui-dist' failed: the dashboard will show tables without charts" >&2
     fi
 fi
 # The protobuf and gRPC modules of proto/ (importing p2.v1 also regenerates them when a .proto changed).

@@ -1,4 +1,22 @@
-"""Reserved (shell): the FastAPI dashboard over the service core.
+"""The operators' dashboard (shell): a FastAPI app over the service core.
 
-May import: ``service`` (and what it exposes).
+``p2 serve`` serves it on its HTTP port (``--http``, default 127.0.0.1:8080)
+in the same process and event loop as the gRPC server:
+
+* ``/`` the jobs, ``/jobs/{job}`` one job live (iteration-time chart with plan
+  switches and replanning events, ranks, dispatcher waits, plans, the event
+  log, the token-guarded controls), ``/jobs/{job}/plans/{v}`` a plan (motifs
+  and predicted costs, predicted vs measured Gantt, 2PC per rank, the diff),
+  ``/topology``, ``/explore`` (the P² explorer);
+* ``/api/...`` the JSON behind every page (OpenAPI at ``/docs``);
+* ``/metrics`` Prometheus, ``/healthz`` liveness.
+
+Pages are rendered on the server (:mod:`.pages`, readable without
+JavaScript) from the same dicts the API returns (:mod:`.views`);
+``static/dashboard.js`` keeps them live by polling. May import: ``service``,
+``plan``, ``errors``, ``metrics`` (tests/test_layering.py).
 """
+
+from optimizer_service.dashboard.app import DashboardConfig, create_app
+
+__all__ = ["DashboardConfig", "create_app"]

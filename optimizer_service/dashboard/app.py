@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
 
@@ -45,7 +46,7 @@ def charts_available() -> bool:
 
 
 def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig()) -> FastAPI:
-    app = FastAPI(title="p2 optimizer service", version="1", docs_url="/docs", redoc_url=None,
+    app = FastAPI(title="p2 optimizer service", version="1", docs_url=None, redoc_url=None,
                   description="Jobs, plans, telemetry and the P² explorer of one optimizer service. "
                   "Mutations need the service's token as 'Authorization: Bearer TOKEN'.")
     app.state.core = core
@@ -56,6 +57,21 @@ def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig()) -
     app.include_router(api.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        """Swagger UI from the files the setup fetched (no CDN); the bare OpenAPI JSON without them."""
+        if not (VENDOR / "swagger-ui-bundle.js").is_file():
+            return HTMLResponse('<p>The API is described at <a href="/openapi.json">/openapi.json</a> (run '
+                                "scripts/setup.sh for the Swagger UI page).</p>")
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="p2 optimizer service API",
+                                   swagger_js_url="/static/vendor/swagger-ui-bundle.js",
+                                   swagger_css_url="/static/vendor/swagger-ui.css",
+                                   swagger_favicon_url="/static/favicon.svg")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response((STATIC / "favicon.svg").read_bytes(), media_type="image/svg+xml")
 
     @app.get("/healthz", response_class=PlainTextResponse, summary="Liveness: 'ok' while the service runs")
     async def healthz() -> str:

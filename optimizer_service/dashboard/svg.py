@@ -54,12 +54,13 @@ def gantt(rows: list[dict], title: str, horizon: float | None = None, width: int
         x = left + row["start"] * scale
         w = max((row["end"] - row["start"]) * scale, 0.8)
         fill = "#d9d9d9" if row["lane"] == "compute" else colour[row["name"]]
-        parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{lane_height - 6}" fill="{fill}">'
+        parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{lane_height - 6}" fill="{fill}" stroke="#fff" stroke-width="0.5">'
                      f'<title>{escape(row["name"])}: {row["start"] * 1e3:.2f}–{row["end"] * 1e3:.2f} ms</title>'
                      '</rect>')
     for k in range(6):
         t = end * k / 5
         x = left + t * scale
-        parts.append(f'<text x="{x:.1f}" y="{height - 6}" class="tick">{t * 1e3:.1f} ms</text>')
+        anchor = "end" if k == 5 else "start"
+        parts.append(f'<text x="{x:.1f}" y="{height - 6}" class="tick" text-anchor="{anchor}">{t * 1e3:.1f} ms</text>')
     parts.append("</svg>")
     return "".join(parts)

@@ -1,0 +1,153 @@
+"""The dashboard in a real browser: Debian's headless chromium driven by
+Playwright (no browser download), against a real ``p2 serve`` process with a
+token, whose job is simulated ranks streaming telemetry over real gRPC.
+
+Every page loads without console errors; the job page's chart grows while the
+job runs; a plan submitted from the page without the token is refused and with
+it commits. Screenshots of every page go to ``test-artifacts/dashboard/``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+
+from tests.dashboard.conftest import TOKEN, TOPOLOGY
+from tests.dashboard.test_api import two_channel_plan
+from tests.support.cli import ROOT
+from tests.support.service_process import Ranks, ServeProcess
+from tests.support.telemetry import TelemetryFeed
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ARTIFACTS = ROOT / "test-artifacts" / "dashboard"
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (scripts/setup.sh installs it)")]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """``(base URL, the job's id)``: p2 serve with a token and its dashboard on a free port, a live job of 4 ranks."""
+    folder = tmp_path_factory.mktemp("browser")
+    (folder / "token").write_text(TOKEN)
+    (folder / "topology.yaml").write_text(TOPOLOGY)
+    serve = ServeProcess(folder, "--token-file", str(folder / "token"), "--http", "127.0.0.1:0", "--http-port-file",
+                         str(folder / "http.port"), "--topology", str(folder / "topology.yaml"),
+                         "--policy", "first_plan_after=100000")
+    ranks = Ranks(serve.address, "browser-job", 4, token=TOKEN)
+    feed = TelemetryFeed(ranks, period=0.1)
+    try:
+        yield f"http://127.0.0.1:{int((folder / 'http.port').read_text())}", "browser-job"
+    finally:
+        feed.close()
+        ranks.close()
+        serve.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+class Console:
+    """A page that records its console errors and uncaught exceptions."""
+
+    def __init__(self, browser) -> None:
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.errors: list[str] = []
+        self.page.on("console", lambda message: message.type == "error" and self.errors.append(message.text))
+        self.page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+
+    def open(self, url: str, shot: str):
+        response = self.page.goto(url, wait_until="networkidle")
+        self.page.wait_for_timeout(1500)             # a few polls of the live parts
+        self.page.screenshot(path=str(ARTIFACTS / f"{shot}.png"), full_page=True)
+        return response
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = "the condition"):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+    return value
+
+
+def test_every_page_loads_without_console_errors(site, browser):
+    base, job = site
+    pages = {"jobs": "/", "job": f"/jobs/{job}", "topology": f"/topology?job={job}",
+             "topology-preset": "/topology?name=gcp-a100-4n",
+             "explore": "/explore?topology=gcp-v100-2n&axes=2,8&reduce=1&max_size=3",
+             "api-docs": "/docs", "login": "/login"}
+    for shot, path in pages.items():
+        console = Console(browser)
+        response = console.open(base + path, shot)
+        assert response.status == 200, f"{path}: HTTP {response.status}"
+        assert console.errors == [], f"{path}: console errors {console.errors}"
+        console.page.close()
+    console = Console(browser)
+    console.open(base + "/", "jobs-live")
+    row = console.page.locator(f"tr[data-job='{job}']")
+    assert row.count() == 1 and "live" in row.inner_text() and row.locator("svg polyline").count() == 1
+    console.page.close()
+
+
+def test_the_job_page_chart_updates_while_the_job_runs(site, browser):
+    base, job = site
+    console = Console(browser)
+    console.open(f"{base}/jobs/{job}", "job-chart")
+    chart = console.page.locator("#chart")
+    assert chart.locator("canvas").count() >= 1, "uPlot drew no canvas (is static/vendor/uPlot.iife.min.js there?)"
+    first = int(chart.get_attribute("data-points"))
+    last = int(chart.get_attribute("data-last"))
+    console.page.wait_for_timeout(2500)
+    assert int(chart.get_attribute("data-points")) > first and int(chart.get_attribute("data-last")) > last
+    iteration = int(console.page.locator("#s-iteration").inner_text())
+    console.page.wait_for_timeout(2500)
+    assert int(console.page.locator("#s-iteration").inner_text()) > iteration
+    assert console.errors == []
+    console.page.close()
+
+
+def test_a_plan_from_the_page_is_refused_without_the_token_and_commits_with_it(site, browser):
+    base, job = site
+    console = Console(browser)
+    page = console.page
+    console.open(f"{base}/jobs/{job}", "job-before-plan")
+    page.locator("details summary", has_text="Submit a plan").click()
+    page.fill("#plan-json", json.dumps(two_channel_plan(4)))
+    page.fill("#token", "")
+    page.click("#submit-plan")
+    result = page.locator("#action-result")
+    wait_for(lambda: result.get_attribute("data-status"), what="the refusal")
+    assert result.get_attribute("data-status") == "401" and "refused" in result.inner_text()
+    page.screenshot(path=str(ARTIFACTS / "job-plan-refused.png"), full_page=True)
+
+    page.fill("#token", TOKEN)
+    page.click("#submit-plan")
+    wait_for(lambda: result.get_attribute("data-status") == "202", what="the accepted submission")
+    assert "plan v1 submitted" in result.inner_text()
+    plans = page.locator("#plans")
+    wait_for(lambda: "committed" in plans.inner_text(), what="v1 committed in the page's plans table")
+    wait_for(lambda: page.locator("#s-committed").inner_text() == "v1", what="the summary's committed plan")
+    page.screenshot(path=str(ARTIFACTS / "job-after-plan.png"), full_page=True)
+    # the only console errors are the browser's own line for the refused request
+    assert all("401" in error for error in console.errors), console.errors
+    page.close()
+
+    plan_page = Console(browser)
+    wait_for(lambda: (plan_page.open(f"{base}/jobs/{job}/plans/1", "plan") or True)
+             and plan_page.page.locator("svg.gantt").count() >= 1, what="the plan page's measured Gantt")
+    text = plan_page.page.inner_text("body")
+    assert "acked_commit" in text and "2 added" in text and "all_reduce" in text
+    assert plan_page.errors == []
+    plan_page.page.close()
+    assert {"job-after-plan.png", "jobs.png", "plan.png"} <= {p.name for p in ARTIFACTS.glob("*.png")}

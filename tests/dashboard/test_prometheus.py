@@ -1,0 +1,219 @@
+"""The service's ``/metrics`` as Prometheus itself sees it: ``promtool`` lints
+the exposition of a running job, and a real ``prometheus`` scrapes ``p2 serve``
+and answers the Grafana dashboard's queries (deploy/grafana/p2-dashboard.json)
+with the job's series."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.test_grafana import concrete, load, panels
+from tests.support.service_process import Ranks, ServeProcess, free_port
+from tests.support.telemetry import TelemetryFeed
+
+PROMTOOL = shutil.which("promtool")
+PROMETHEUS = shutil.which("prometheus")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (Debian: apt-get install "
+                                    "prometheus); the /metrics exposition is not linted")
+needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is not installed (Debian: apt-get "
+                                      "install prometheus); no real scrape of /metrics")
+pytestmark = pytest.mark.slow
+
+JOB = "job-a"
+#: The scrape job the deployment guide recommends (honor_labels: the service's ``job`` label stays the P² job's)
+#: and one without it, where Prometheus renames the service's ``job`` label to ``exported_job``.
+SCRAPE_JOB, UNHONORED_JOB = "p2-service", "p2-service-default"
+
+
+def until(predicate, timeout: float, what):
+    """``predicate()``'s first truthy value, polled until ``timeout`` (``what()``: the failure message)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, what() if callable(what) else what
+        time.sleep(0.2)
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+@dataclass
+class RunningJob:
+    serve: ServeProcess
+    http_port: int
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}/metrics"
+
+
+@pytest.fixture(scope="module")
+def running_job(tmp_path_factory):
+    """``p2 serve`` with its HTTP port, and a job of 4 simulated ranks sending an iteration every 50 ms."""
+    folder = tmp_path_factory.mktemp("serve")
+    port_file = folder / "http.port"
+    serve = ServeProcess(folder, "--http", "127.0.0.1:0", "--http-port-file", str(port_file), "--no-replan")
+    ranks = feed = None
+    try:
+        http_port = int(until(lambda: port_file.exists() and port_file.read_text().strip(), 10,
+                              "p2 serve wrote no --http-port-file"))
+        ranks = Ranks(serve.address, JOB, 4)
+        feed = TelemetryFeed(ranks)
+        yield RunningJob(serve, http_port)
+    finally:
+        if feed is not None:
+            feed.close()
+        if ranks is not None:
+            ranks.close()
+        serve.stop()
+
+
+@needs_promtool
+def test_promtool_finds_no_problem_in_the_metrics_of_a_running_job(running_job):
+    status, _ = get(f"http://127.0.0.1:{running_job.http_port}/api/jobs/no-such-job")
+    assert status == 404                     # an error sample for p2_service_request_errors_total
+
+    def exposition() -> str | None:
+        status, text = get(running_job.metrics_url)
+        populated = f'p2_iteration_seconds_count{{job="{JOB}"}}' in text and "p2_service_request_errors_total{" in text
+        return text if status == 200 and populated else None
+
+    text = until(exposition, 15, "the job's iterations and the 404 never showed on /metrics")
+    assert f'p2_ranks_connected{{job="{JOB}"}} 4.0' in text
+    lint = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
+    assert (lint.returncode, lint.stdout + lint.stderr) == (0, ""), f"promtool check metrics:\n{lint.stdout}" \
+                                                                    f"{lint.stderr}"
+
+
+class Prometheus:
+    """A ``prometheus`` server scraping the service every second, and its HTTP API."""
+
+    def __init__(self, folder: Path, target: str) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config = folder / "prometheus.yml"
+        scrape = {"metrics_path": "/metrics", "static_configs": [{"targets": [target]}]}
+        self.config.write_text(json.dumps({     # JSON is YAML
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": [{"job_name": SCRAPE_JOB, "honor_labels": True, **scrape},
+                               {"job_name": UNHONORED_JOB, **scrape}]}, indent=1))
+        self.log_path = folder / "prometheus.log"
+        self._log = self.log_path.open("w")
+        self.process = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={folder / 'data'}",
+             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=info"],
+            cwd=folder, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        self._log.flush()
+        return f"prometheus log ({self.log_path}):\n" + self.log_path.read_text()[-6000:]
+
+    def ready(self) -> bool:
+        assert self.process.poll() is None, f"prometheus exited with {self.process.returncode}\n{self.log()}"
+        try:
+            return get(f"{self.url}/-/ready")[0] == 200
+        except OSError:
+            return False
+
+    def query(self, expr: str) -> list[dict]:
+        """The instant vector ``expr`` evaluates to now (its ``result``); asserts the API answered success."""
+        status, body = get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+        answer = json.loads(body)
+        assert status == 200 and answer["status"] == "success", f"{expr}: {status} {body}\n{self.log()}"
+        return answer["data"]["result"]
+
+    def values(self, expr: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """``expr``'s series: their sorted labels → value."""
+        return {tuple(sorted(series["metric"].items())): float(series["value"][1]) for series in self.query(expr)}
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self._log.close()
+
+
+@pytest.fixture(scope="module")
+def prometheus(running_job, tmp_path_factory):
+    server = Prometheus(tmp_path_factory.mktemp("prometheus"), f"127.0.0.1:{running_job.http_port}")
+    try:
+        until(server.ready, 20, lambda: f"prometheus never answered /-/ready\n{server.log()}")
+        yield server
+    finally:
+        server.stop()
+
+
+def job_series(server: Prometheus, expr: str) -> dict[tuple[tuple[str, str], ...], float]:
+    values = server.values(expr)
+    return values if any(dict(labels).get("job") == JOB and value > 0 for labels, value in values.items()) else {}
+
+
+@needs_prometheus
+def test_prometheus_scrapes_the_jobs_iterations(prometheus):
+    up = until(lambda: prometheus.values(f'up{{job="{SCRAPE_JOB}"}}'), 15,
+               lambda: f"no scrape of the service yet\n{prometheus.log()}")
+    assert list(up.values()) == [1.0], f"{up}\n{prometheus.log()}"
+
+    counts = until(lambda: job_series(prometheus, "p2_iteration_seconds_count"), 20,
+                   lambda: f"no p2_iteration_seconds_count of {JOB}: "
+                           f"{prometheus.values('p2_iteration_seconds_count')}\n{prometheus.log()}")
+    (labels, count), = [(dict(labels), value) for labels, value in counts.items() if dict(labels)["job"] == JOB]
+    assert labels["instance"] == prometheus.query(f'up{{job="{SCRAPE_JOB}"}}')[0]["metric"]["instance"]
+    assert count >= 1
+
+    rate = f'rate(p2_iteration_seconds_sum{{job="{JOB}"}}[1m])'
+    until(lambda: job_series(prometheus, rate), 15, lambda: f"{rate} never rose above 0\n{prometheus.log()}")
+    mean = prometheus.values(f'{rate} / rate(p2_iteration_seconds_count{{job="{JOB}"}}[1m])')
+    # The feed's iterations take 0.050 to 0.056 s (tests.support.telemetry.TelemetryFeed).
+    assert len(mean) == 1 and 0.049 <= next(iter(mean.values())) <= 0.057, mean
+
+    # Without honor_labels, Prometheus keeps its own job label and renames the service's.
+    default = prometheus.values(f'p2_iteration_seconds_count{{job="{UNHONORED_JOB}"}}')
+    assert [dict(labels).get("exported_job") for labels in default] == [JOB], default
+
+
+#: Dashboard queries (panel title, refId) that have series for a job that has no plan yet (no commit, replan,
+#: dispatcher wait, prediction or error: those panels stay empty, and the committed version has no sample yet).
+LIVE_QUERIES = {("Iteration time", "A"), ("Iteration time", "B"), ("Iteration time", "C"),
+                ("Iterations per second", "A"), ("Ranks connected", "A"), ("Plan version", "B"),
+                ("Enforcer ops by kind", "A"), ("Request latency p99 by method", "A"), ("Requests by method", "A")}
+
+
+@needs_prometheus
+def test_prometheus_answers_every_dashboard_query(prometheus):
+    until(lambda: job_series(prometheus, f'rate(p2_iteration_seconds_count{{job="{JOB}"}}[1m])'), 20,
+          lambda: f"no rate of {JOB}'s iterations yet\n{prometheus.log()}")
+    answers = {}
+    for panel in panels(load()):
+        for target in panel.get("targets", []):
+            answers[panel["title"], target["refId"]] = prometheus.values(concrete(target["expr"]))
+    assert LIVE_QUERIES <= set(answers), sorted(LIVE_QUERIES - set(answers))
+    missing = sorted(key for key in LIVE_QUERIES if not answers[key])
+    assert not missing, f"dashboard queries with no series: {missing}"
+    assert list(answers["Ranks connected", "A"].values()) == [4.0]
+    assert list(answers["Plan version", "B"].values()) == [0.0]       # passthrough: no plan runs
+    p50, p99, mean = (next(iter(answers["Iteration time", ref].values())) for ref in "ABC")
+    assert 0.04 <= p50 <= p99 <= 0.1 and 0.049 <= mean <= 0.057, (p50, p99, mean)
+    methods = {dict(labels)["method"] for labels in answers["Requests by method", "A"]}
+    assert "GET /metrics" in methods, methods
