@@ -74,7 +74,9 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
     replanning, after replanning: measured and predicted iteration times).
     --json fields: cluster, job, phases[{name, plan_version,
     measured_iteration_seconds, predicted_iteration_seconds}], speedup,
-    replan{iterations_to_commit, ratio_to_offline_best}, events[].
+    replan{iterations_to_commit, ratio_to_offline_best}, events[], dashboard.
+    While it runs, the service's dashboard shows the job live (its address
+    is printed at the start: 127.0.0.1:8080, or a free port when taken).
     """
     model = []
     for flag, value in (("--tables", tables), ("--rows", rows), ("--dim", dim), ("--batch", batch)):
@@ -117,6 +119,7 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
         "plan_versions": result["rank0"]["plan_versions"],
         "policy": list(POLICY),
         "work_dir": str(work),
+        "dashboard": run.dashboard,
         "wall_seconds": time.time() - started,
     }
     click.echo("")

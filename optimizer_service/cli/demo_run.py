@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -75,6 +76,7 @@ class DemoConfig:
     loopback: bool = False          # force the loopback cluster even as root
     policy: tuple[str, ...] = POLICY
     timeout: float = 1800.0
+    http: str = "127.0.0.1:8080"    # the dashboard (a free port when this one is taken)
 
 
 @dataclass
@@ -121,6 +123,7 @@ class DemoRun:
         self.topology_path = work / "topology.yaml"
         self.service: subprocess.Popen | None = None
         self.address = ""
+        self.dashboard = ""
         self.exit_code: int | None = None
 
     # ------------------------------------------------------------- the run
@@ -161,9 +164,16 @@ class DemoRun:
         argv = [sys.executable, "-m", "optimizer_service.cli", "serve", "--listen", f"{host}:0", "--port-file",
                 str(port_file), "--store", f"sqlite:///{db}", "--topology", str(self.topology_path),
                 "--search-budget", f"{config.search_budget:g}", *policy]
+        # The dashboard's socket is bound here, on the host, and handed over: the service runs inside
+        # node 0's namespace, where a browser on the host could not reach it.
+        http = self._dashboard_socket()
+        argv += ["--http-fd", str(http.fileno())]
         log = (self.work / "service.log").open("w")
-        self.service = subprocess.Popen(in_namespace(info.node_namespaces[0] if self.shaped else None, argv),
-                                        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            self.service = subprocess.Popen(in_namespace(info.node_namespaces[0] if self.shaped else None, argv),
+                                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, pass_fds=(http.fileno(),))
+        finally:
+            http.close()
         deadline = time.monotonic() + 60
         while not (port_file.exists() and port_file.read_text().strip()):
             if self.service.poll() is not None or time.monotonic() > deadline:
@@ -171,6 +181,16 @@ class DemoRun:
             time.sleep(0.1)
         self.address = f"{host}:{int(port_file.read_text())}"
         self.say(f"optimizer service on {self.address} (store {db}; log {self.work / 'service.log'})")
+        self.say(f"dashboard: {self.dashboard} (live while the demo runs)")
+
+    def _dashboard_socket(self) -> socket.socket:
+        host, _, port = self.config.http.rpartition(":")
+        try:
+            sock = socket.create_server((host, int(port)))
+        except OSError:
+            sock = socket.create_server((host, 0))
+        self.dashboard = f"http://{host}:{sock.getsockname()[1]}/"
+        return sock
 
     def _stop_service(self) -> None:
         if self.service is not None and self.service.poll() is None:

@@ -58,6 +58,8 @@ from p2.v1 import optimizer_pb2 as api
               "port 0 picks a free one; 'off' for none).")
 @click.option("--http-port-file", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the dashboard's bound port here once it answers.")
+@click.option("--http-fd", type=click.IntRange(min=0), hidden=True,
+              help="Serve the dashboard on this already bound, inherited socket (p2 demo hands one over).")
 @click.option("--replan/--no-replan", default=True, show_default=True,
               help="Plan live jobs from their telemetry and traces, commit and replan (the replanning loop).")
 @click.option("--topology", "topology", metavar="NAME|FILE",
@@ -70,7 +72,7 @@ from p2.v1 import optimizer_pb2 as api
 @click.pass_obj
 def serve(settings: Settings, listen: str, store_url: str | None, token_file: Path | None, tls_cert: str | None,
           tls_key: str | None, tls_ca: str | None, port_file: Path | None, http: str | None,
-          http_port_file: Path | None, replan: bool, topology: str | None, search_budget: float,
+          http_port_file: Path | None, http_fd: int | None, replan: bool, topology: str | None, search_budget: float,
           policy_items: tuple[str, ...]) -> None:
     """Run the optimizer service: jobs register, plans are committed to their
     ranks with two-phase commit, and every decision is stored. Logs one line
@@ -98,7 +100,8 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
                                                topology=topology_text(topology), budget=search_budget),
                            http=None if http_address.lower() in ("off", "none", "") else http_address,
                            dashboard_public=settings.dashboard_public,
-                           http_fallback=http is None and settings.http is None, limits=settings.limits())
+                           http_fallback=http is None and settings.http is None, http_fd=http_fd,
+                           limits=settings.limits())
     logging.getLogger("p2.service").setLevel(logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
@@ -111,10 +114,7 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
             http_port_file.write_text(f"{service.http_port}\n")
         if port_file is not None:
             port_file.write_text(f"{service.port}\n")
-        dashboard = ""
-        if service.http_port:
-            host = config.http.rpartition(":")[0].strip("[]")
-            dashboard = f"; dashboard http://{'localhost' if host in ('0.0.0.0', '::') else host}:{service.http_port}/"
+        dashboard = f"; dashboard {service.http_url}" if service.http_url else ""
         click.echo(f"p2 serve: listening on {listen.rsplit(':', 1)[0]}:{service.port}, store "
                    f"{service.core.store.url}{dashboard}", err=True)
 

@@ -61,6 +61,7 @@ def gantt(rows: list[dict], title: str, horizon: float | None = None, width: int
         t = end * k / 5
         x = left + t * scale
         anchor = "end" if k == 5 else "start"
-        parts.append(f'<text x="{x:.1f}" y="{height - 6}" class="tick" text-anchor="{anchor}">{t * 1e3:.1f} ms</text>')
+        parts.append(f'<text x="{x:.1f}" y="{height - 6}" class="tick" text-anchor="{anchor}">'
+                     f'{t * 1e3:.1f} ms</text>')
     parts.append("</svg>")
     return "".join(parts)

@@ -68,6 +68,7 @@ class ServiceConfig:
     http: str | None = None                 # the dashboard's HOST:PORT (None: no HTTP port)
     dashboard_public: bool = True           # the dashboard's pages and /metrics readable without the token
     http_fallback: bool = False             # http is only the default: when its port is taken, take a free one
+    http_fd: int | None = None              # serve the dashboard on this inherited, bound socket instead
     limits: Limits = Limits()               # the P² explorer's bounds
 
 
@@ -82,6 +83,7 @@ class Service:
         self.health = health.aio.HealthServicer()
         self.port = 0
         self.http_port = 0
+        self.http_url = ""
         self._http = None
         self._http_task: asyncio.Task | None = None
         self._http_socket: socket.socket | None = None
@@ -110,7 +112,7 @@ class Service:
             raise InvalidInputError(f"cannot listen on {self.config.listen}: the address is in use or not local; "
                                     "give another with --listen HOST:PORT")
         await self.server.start()
-        if self.config.http:
+        if self.config.http or self.config.http_fd is not None:
             try:
                 await self._start_http()
             except BaseException:
@@ -124,11 +126,32 @@ class Service:
         return self.port
 
     async def _start_http(self) -> None:
-        """The dashboard on ``config.http``, served by uvicorn on this event loop (no signal handlers of its own)."""
+        """The dashboard on ``config.http`` (or the inherited socket ``config.http_fd``), served by
+        uvicorn on this event loop (no signal handlers of its own)."""
         import uvicorn
 
         from optimizer_service.dashboard.app import DashboardConfig, create_app
 
+        if self.config.http_fd is not None:
+            sock = socket.socket(fileno=self.config.http_fd)
+            host = sock.getsockname()[0]
+        else:
+            sock, host = self._bind_http()
+        self._http_socket = sock
+        self.http_port = sock.getsockname()[1]
+        self.http_url = f"http://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.http_port}/"
+        app = create_app(self.core, DashboardConfig(token=self.config.token, public=self.config.dashboard_public,
+                                                    limits=self.config.limits))
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1)
+        config.load()
+        server = uvicorn.Server(config)
+        server.lifespan = config.lifespan_class(config)
+        await server.startup(sockets=[sock])
+        self._http = server
+        self._http_task = asyncio.get_running_loop().create_task(server.main_loop())
+        log.info("service: dashboard on %s", self.http_url)
+
+    def _bind_http(self) -> tuple[socket.socket, str]:
         host, port = split_address(self.config.http, "--http")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
@@ -143,19 +166,7 @@ class Service:
         except OSError as error:
             raise InvalidInputError(f"cannot serve the dashboard on {self.config.http}: {error.strerror}; give "
                                     "another address with --http HOST:PORT (port 0 picks a free one)") from None
-        self._http_socket = sock
-        self.http_port = sock.getsockname()[1]
-        app = create_app(self.core, DashboardConfig(token=self.config.token, public=self.config.dashboard_public,
-                                                    limits=self.config.limits))
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1)
-        config.load()
-        server = uvicorn.Server(config)
-        server.lifespan = config.lifespan_class(config)
-        await server.startup(sockets=[sock])
-        self._http = server
-        self._http_task = asyncio.get_running_loop().create_task(server.main_loop())
-        log.info("service: dashboard on http://%s:%d/", host if host not in ("0.0.0.0", "::") else "localhost",
-                 self.http_port)
+        return sock, host
 
     async def _stop_http(self) -> None:
         if self._http is None:

@@ -98,14 +98,15 @@ def test_promtool_finds_no_problem_in_the_metrics_of_a_running_job(running_job):
     text = until(exposition, 15, "the job's iterations and the 404 never showed on /metrics")
     assert f'p2_ranks_connected{{job="{JOB}"}} 4.0' in text
     lint = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
-    assert (lint.returncode, lint.stdout + lint.stderr) == (0, ""), f"promtool check metrics:\n{lint.stdout}" \
-                                                                    f"{lint.stderr}"
+    problems = (lint.stdout + lint.stderr).strip()
+    assert lint.returncode == 0 and not problems, f"promtool check metrics (exit {lint.returncode}):\n{problems}"
 
 
 class Prometheus:
-    """A ``prometheus`` server scraping the service every second, and its HTTP API."""
+    """A ``prometheus`` server in ``folder`` scraping ``target`` every second (:meth:`start`), and its HTTP API."""
 
     def __init__(self, folder: Path, target: str) -> None:
+        self.folder = folder
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = folder / "prometheus.yml"
@@ -115,14 +116,16 @@ class Prometheus:
             "scrape_configs": [{"job_name": SCRAPE_JOB, "honor_labels": True, **scrape},
                                {"job_name": UNHONORED_JOB, **scrape}]}, indent=1))
         self.log_path = folder / "prometheus.log"
-        self._log = self.log_path.open("w")
-        self.process = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={folder / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=info"],
-            cwd=folder, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("w") as log:
+            self.process = subprocess.Popen(
+                [PROMETHEUS, f"--config.file={self.config}", f"--storage.tsdb.path={self.folder / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=info"],
+                cwd=self.folder, stdout=log, stderr=subprocess.STDOUT)
 
     def log(self) -> str:
-        self._log.flush()
         return f"prometheus log ({self.log_path}):\n" + self.log_path.read_text()[-6000:]
 
     def ready(self) -> bool:
@@ -144,20 +147,20 @@ class Prometheus:
         return {tuple(sorted(series["metric"].items())): float(series["value"][1]) for series in self.query(expr)}
 
     def stop(self) -> None:
-        if self.process.poll() is None:
+        if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
-        self._log.close()
 
 
 @pytest.fixture(scope="module")
 def prometheus(running_job, tmp_path_factory):
     server = Prometheus(tmp_path_factory.mktemp("prometheus"), f"127.0.0.1:{running_job.http_port}")
     try:
+        server.start()
         until(server.ready, 20, lambda: f"prometheus never answered /-/ready\n{server.log()}")
         yield server
     finally:
@@ -200,17 +203,22 @@ LIVE_QUERIES = {("Iteration time", "A"), ("Iteration time", "B"), ("Iteration ti
                 ("Enforcer ops by kind", "A"), ("Request latency p99 by method", "A"), ("Requests by method", "A")}
 
 
+def dashboard_answers(server: Prometheus) -> dict[tuple[str, str], dict]:
+    """Every dashboard query's series, by (panel title, refId), its variables made concrete (job: job-a)."""
+    return {(panel["title"], target["refId"]): server.values(concrete(target["expr"]))
+            for panel in panels(load()) for target in panel.get("targets", [])}
+
+
 @needs_prometheus
 def test_prometheus_answers_every_dashboard_query(prometheus):
-    until(lambda: job_series(prometheus, f'rate(p2_iteration_seconds_count{{job="{JOB}"}}[1m])'), 20,
-          lambda: f"no rate of {JOB}'s iterations yet\n{prometheus.log()}")
     answers = {}
-    for panel in panels(load()):
-        for target in panel.get("targets", []):
-            answers[panel["title"], target["refId"]] = prometheus.values(concrete(target["expr"]))
-    assert LIVE_QUERIES <= set(answers), sorted(LIVE_QUERIES - set(answers))
-    missing = sorted(key for key in LIVE_QUERIES if not answers[key])
-    assert not missing, f"dashboard queries with no series: {missing}"
+
+    def live() -> bool:
+        answers.update(dashboard_answers(prometheus))       # each query answers success, or this fails at once
+        return all(answers.get(key) for key in LIVE_QUERIES)
+
+    until(live, 30, lambda: f"dashboard queries with no series: {sorted(k for k in LIVE_QUERIES if not answers.get(k))}"
+                            f"\n{prometheus.log()}")
     assert list(answers["Ranks connected", "A"].values()) == [4.0]
     assert list(answers["Plan version", "B"].values()) == [0.0]       # passthrough: no plan runs
     p50, p99, mean = (next(iter(answers["Iteration time", ref].values())) for ref in "ABC")

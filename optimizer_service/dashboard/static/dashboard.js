@@ -94,6 +94,12 @@ function markerPlugin(markers) {
   }]}};
 }
 
+function steadyMax(values, high) {
+  const steady = values.slice(Math.min(5, Math.floor(values.length / 4))).filter(v => v !== null).sort((a, b) => a - b);
+  if (!steady.length) return high;
+  return Math.min(high, steady[Math.floor(0.98 * (steady.length - 1))] * 1.25);
+}
+
 function jobPage(root) {
   const job = root.dataset.job;
   const base = "/api/jobs/" + encodeURIComponent(job);
@@ -109,7 +115,9 @@ function jobPage(root) {
       chartBox.replaceChildren();
       chart = new uPlot({
         width: Math.max(400, chartBox.clientWidth - 10), height: 260, plugins: [markerPlugin(markers)],
-        scales: {x: {time: false}},
+        // The first iterations (lazy setup, first-touch) can be 10x the rest: the y range is set by
+        // the 98th percentile of what came after them, so the steady state stays readable.
+        scales: {x: {time: false}, y: {range: (u, low, high) => [0, steadyMax(u.data[1], high)]}},
         axes: [{label: "iteration"}, {label: "ms"}],
         series: [{label: "iteration"}, {label: "measured", stroke: "#4e79a7", width: 1.5},
                  {label: "predicted", stroke: "#e15759", dash: [6, 4], width: 1.5}],
@@ -190,7 +198,8 @@ function jobPage(root) {
     return `replanning: ${replanning(answer.policy)}`;
   }
   const token = document.getElementById("token");
-  if (token) token.value = sessionStorage.getItem("p2-token") || "";
+  if (!token) return;                      // a read-only service: no controls on the page
+  token.value = sessionStorage.getItem("p2-token") || "";
   const on = (id, fn) => { const b = document.getElementById(id); if (b) b.addEventListener("click", fn); };
   on("replan-now", () => act("/replan", {reason: "from the dashboard"}));
   on("pause", () => act("/replanning", {paused: true, reason: "from the dashboard"}));
