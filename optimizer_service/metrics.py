@@ -1,7 +1,9 @@
 """Every metric the project exposes, in one place, in the Prometheus format.
 
 Names are ``p2_``-prefixed and carry their unit (``_seconds``, ``_bytes``,
-``_total``, ``_ratio``); label sets are fixed and small, and their values are
+``_total``, ``_ratio``); a training job is the label ``job_id`` (``job`` is
+Prometheus' own target label: a series carrying it would be renamed
+``exported_job`` on scrape); label sets are fixed and small, and their values are
 bounded (:class:`Bounded`: at most so many jobs, ranks, channels and op kinds
 get a series of their own, the rest share ``"_other"``). Built with
 ``prometheus-client``: nothing writes exposition text by hand.
@@ -63,26 +65,26 @@ class MetricSpec:
 # ------------------------------------------------------------ the service's
 ITERATION = MetricSpec("p2_iteration_seconds", "histogram",
                        "Training iteration time of a job (the mean over its ranks of each rank's iteration).",
-                       ("job",))
+                       ("job_id",))
 DISPATCH_WAIT = MetricSpec("p2_dispatch_wait_seconds", "counter",
                            "Time the enforcers' dispatchers waited for the next motif in plan order "
-                           "(Syndicate Pseudocode 2), by job, rank and channel.", ("job", "rank", "channel"))
+                           "(Syndicate Pseudocode 2), by job, rank and channel.", ("job_id", "rank", "channel"))
 PLAN_VERSION = MetricSpec("p2_plan_version", "gauge", "The job's committed plan version (0: passthrough).",
-                          ("job",))
+                          ("job_id",))
 RUNNING_VERSION = MetricSpec("p2_running_plan_version", "gauge",
-                             "The plan version most of the job's ranks ran in their last iteration.", ("job",))
+                             "The plan version most of the job's ranks ran in their last iteration.", ("job_id",))
 COMMITS = MetricSpec("p2_commits", "counter", "Two-phase commits decided, by outcome (commit, abort).",
-                     ("job", "outcome"))
+                     ("job_id", "outcome"))
 REPLANS = MetricSpec("p2_replans", "counter",
                      "Searches the replanning loop started, by trigger (first, slow, waits, cluster, operator).",
-                     ("job", "reason"))
+                     ("job_id", "reason"))
 PREDICTION_ERROR = MetricSpec("p2_prediction_error_ratio", "gauge",
                               "Measured / predicted iteration time - 1 of the running plan (median of recent "
-                              "iterations).", ("job",))
+                              "iterations).", ("job_id",))
 ENFORCER_OPS = MetricSpec("p2_enforcer_ops", "counter",
                           "Comm-ops the jobs' enforcers ran, by kind and whether a plan ran them.",
-                          ("job", "kind", "planned"))
-RANKS_CONNECTED = MetricSpec("p2_ranks_connected", "gauge", "Ranks of the job with an open stream.", ("job",))
+                          ("job_id", "kind", "planned"))
+RANKS_CONNECTED = MetricSpec("p2_ranks_connected", "gauge", "Ranks of the job with an open stream.", ("job_id",))
 REQUEST_LATENCY = MetricSpec("p2_service_request_seconds", "histogram",
                              "Time the service took to answer a request, by transport and method or route.",
                              ("transport", "method"))

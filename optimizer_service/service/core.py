@@ -293,6 +293,7 @@ class ServiceCore:
                       control.Coordinator.new(message.job_id, message.world_size, self.epoch, message.switch_every,
                                               self.timing))
             self.jobs[message.job_id] = job
+            self.metrics.on_plan_version(job.job_id, 0)
         elif job.world_size != message.world_size:
             raise requests.RequestError("register.world_size", f"job {job.job_id} has {job.world_size} ranks, this "
                                         f"rank says {message.world_size}; give the new run its own id with P2_JOB")

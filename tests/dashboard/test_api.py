@@ -80,9 +80,9 @@ def test_reads_show_a_running_job(dashboard):
 
     assert client.get("/healthz").text == "ok"
     metrics = metric_samples(client.get("/metrics").text)
-    assert metrics[("p2_ranks_connected", (("job", "alpha"),))] == 4
-    assert metrics[("p2_iteration_seconds_count", (("job", "alpha"),))] >= 15
-    assert metrics[("p2_enforcer_ops_total", (("job", "alpha"), ("kind", "all_reduce"), ("planned", "false")))] > 0
+    assert metrics[("p2_ranks_connected", (("job_id", "alpha"),))] == 4
+    assert metrics[("p2_iteration_seconds_count", (("job_id", "alpha"),))] >= 15
+    assert metrics[("p2_enforcer_ops_total", (("job_id", "alpha"), ("kind", "all_reduce"), ("planned", "false")))] > 0
     assert ("p2_service_request_seconds_count", (("method", "GET /api/jobs"), ("transport", "http"))) in metrics
     assert client.get("/openapi.json").json()["paths"]["/api/jobs/{job_id}/plans"]["post"]
 
@@ -124,10 +124,10 @@ def test_a_plan_submitted_with_the_token_commits_and_shows_everywhere(dashboard)
                           and j, what="dispatcher waits under v1")
     assert {(w["op"], w["channel"]) for w in job["waits"]} >= {("all_reduce#0", 0), ("all_reduce#1", 1)}
     metrics = metric_samples(client.get("/metrics").text)
-    assert metrics[("p2_commits_total", (("job", "alpha"), ("outcome", "commit")))] == 1
-    assert metrics[("p2_plan_version", (("job", "alpha"),))] == 1
-    assert metrics[("p2_enforcer_ops_total", (("job", "alpha"), ("kind", "all_reduce"), ("planned", "true")))] > 0
-    assert metrics[("p2_dispatch_wait_seconds_total", (("channel", "1"), ("job", "alpha"), ("rank", "2")))] > 0
+    assert metrics[("p2_commits_total", (("job_id", "alpha"), ("outcome", "commit")))] == 1
+    assert metrics[("p2_plan_version", (("job_id", "alpha"),))] == 1
+    assert metrics[("p2_enforcer_ops_total", (("job_id", "alpha"), ("kind", "all_reduce"), ("planned", "true")))] > 0
+    assert metrics[("p2_dispatch_wait_seconds_total", (("channel", "1"), ("job_id", "alpha"), ("rank", "2")))] > 0
 
 
 def test_replan_now_and_pause_reach_the_policy_and_the_log(dashboard):
@@ -139,7 +139,7 @@ def test_replan_now_and_pause_reach_the_policy_and_the_log(dashboard):
     events = client.get("/api/jobs/alpha/events").json()["events"]
     assert any(e["kind"] == "replan" and "driver upgrade" in e["message"] for e in events)
     metrics = metric_samples(client.get("/metrics").text)
-    assert metrics[("p2_replans_total", (("job", "alpha"), ("reason", "operator")))] == 1
+    assert metrics[("p2_replans_total", (("job_id", "alpha"), ("reason", "operator")))] == 1
 
     paused = client.post("/api/jobs/alpha/replanning", json={"paused": True, "reason": "incident"}, headers=AUTH)
     assert paused.json()["policy"]["paused"] is True and paused.json()["policy"]["phase"] == "waiting"

@@ -30,9 +30,12 @@ needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason="prometheus is 
 pytestmark = pytest.mark.slow
 
 JOB = "job-a"
-#: The scrape job the deployment guide recommends (honor_labels: the service's ``job`` label stays the P² job's)
-#: and one without it, where Prometheus renames the service's ``job`` label to ``exported_job``.
-SCRAPE_JOB, UNHONORED_JOB = "p2-service", "p2-service-default"
+TOKEN = "prometheus-test-token"
+#: The scrape job deploy/grafana/README.md shows. The service names a training job ``job_id``, so Prometheus'
+#: own ``job`` label (the scrape job) and the training job's live side by side without honor_labels.
+SCRAPE_JOB = "p2-service"
+#: Scrapes of a service whose /metrics needs its token (P2_DASHBOARD_PUBLIC=0), with and without the token.
+TOKEN_JOB, NO_TOKEN_JOB = "p2-service-token", "p2-service-no-token"
 
 
 def until(predicate, timeout: float, what):
@@ -85,6 +88,22 @@ def running_job(tmp_path_factory):
         serve.stop()
 
 
+@pytest.fixture(scope="module")
+def guarded_service(tmp_path_factory):
+    """``p2 serve`` with a token, whose /metrics needs it (no job runs on it)."""
+    folder = tmp_path_factory.mktemp("guarded")
+    (folder / "token").write_text(TOKEN + "\n")
+    serve = ServeProcess(folder, "--http", "127.0.0.1:0", "--http-port-file", str(folder / "http.port"),
+                         "--no-replan", "--token-file", str(folder / "token"), env={"P2_DASHBOARD_PUBLIC": "0"})
+    try:
+        http_port = int(until(lambda: (folder / "http.port").exists() and (folder / "http.port").read_text().strip(),
+                              10, "p2 serve wrote no --http-port-file"))
+        assert get(f"http://127.0.0.1:{http_port}/metrics")[0] == 401
+        yield RunningJob(serve, http_port), folder / "token"
+    finally:
+        serve.stop()
+
+
 @needs_promtool
 def test_promtool_finds_no_problem_in_the_metrics_of_a_running_job(running_job):
     status, _ = get(f"http://127.0.0.1:{running_job.http_port}/api/jobs/no-such-job")
@@ -92,29 +111,28 @@ def test_promtool_finds_no_problem_in_the_metrics_of_a_running_job(running_job):
 
     def exposition() -> str | None:
         status, text = get(running_job.metrics_url)
-        populated = f'p2_iteration_seconds_count{{job="{JOB}"}}' in text and "p2_service_request_errors_total{" in text
+        populated = f'p2_iteration_seconds_count{{job_id="{JOB}"}}' in text and "p2_service_request_errors_total{" in text
         return text if status == 200 and populated else None
 
     text = until(exposition, 15, "the job's iterations and the 404 never showed on /metrics")
-    assert f'p2_ranks_connected{{job="{JOB}"}} 4.0' in text
+    assert f'p2_ranks_connected{{job_id="{JOB}"}} 4.0' in text
     lint = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
     problems = (lint.stdout + lint.stderr).strip()
     assert lint.returncode == 0 and not problems, f"promtool check metrics (exit {lint.returncode}):\n{problems}"
 
 
 class Prometheus:
-    """A ``prometheus`` server in ``folder`` scraping ``target`` every second (:meth:`start`), and its HTTP API."""
+    """A ``prometheus`` server in ``folder`` running ``scrape_configs`` every second (:meth:`start`), and its
+    HTTP API."""
 
-    def __init__(self, folder: Path, target: str) -> None:
+    def __init__(self, folder: Path, scrape_configs: list[dict]) -> None:
         self.folder = folder
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = folder / "prometheus.yml"
-        scrape = {"metrics_path": "/metrics", "static_configs": [{"targets": [target]}]}
         self.config.write_text(json.dumps({     # JSON is YAML
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-            "scrape_configs": [{"job_name": SCRAPE_JOB, "honor_labels": True, **scrape},
-                               {"job_name": UNHONORED_JOB, **scrape}]}, indent=1))
+            "scrape_configs": scrape_configs}, indent=1))
         self.log_path = folder / "prometheus.log"
         self.process: subprocess.Popen | None = None
 
@@ -156,9 +174,18 @@ class Prometheus:
                 self.process.wait(5)
 
 
+def scrape(job_name: str, service: RunningJob, **options) -> dict:
+    return {"job_name": job_name, "metrics_path": "/metrics",
+            "static_configs": [{"targets": [f"127.0.0.1:{service.http_port}"]}], **options}
+
+
 @pytest.fixture(scope="module")
-def prometheus(running_job, tmp_path_factory):
-    server = Prometheus(tmp_path_factory.mktemp("prometheus"), f"127.0.0.1:{running_job.http_port}")
+def prometheus(running_job, guarded_service, tmp_path_factory):
+    guarded, token_file = guarded_service
+    server = Prometheus(tmp_path_factory.mktemp("prometheus"), [
+        scrape(SCRAPE_JOB, running_job),
+        scrape(TOKEN_JOB, guarded, authorization={"credentials_file": str(token_file)}),
+        scrape(NO_TOKEN_JOB, guarded)])
     try:
         server.start()
         until(server.ready, 20, lambda: f"prometheus never answered /-/ready\n{server.log()}")
@@ -169,7 +196,7 @@ def prometheus(running_job, tmp_path_factory):
 
 def job_series(server: Prometheus, expr: str) -> dict[tuple[tuple[str, str], ...], float]:
     values = server.values(expr)
-    return values if any(dict(labels).get("job") == JOB and value > 0 for labels, value in values.items()) else {}
+    return values if any(dict(labels).get("job_id") == JOB and value > 0 for labels, value in values.items()) else {}
 
 
 @needs_prometheus
@@ -181,19 +208,30 @@ def test_prometheus_scrapes_the_jobs_iterations(prometheus):
     counts = until(lambda: job_series(prometheus, "p2_iteration_seconds_count"), 20,
                    lambda: f"no p2_iteration_seconds_count of {JOB}: "
                            f"{prometheus.values('p2_iteration_seconds_count')}\n{prometheus.log()}")
-    (labels, count), = [(dict(labels), value) for labels, value in counts.items() if dict(labels)["job"] == JOB]
+    (labels, count), = [(dict(labels), value) for labels, value in counts.items() if dict(labels)["job_id"] == JOB]
     assert labels["instance"] == prometheus.query(f'up{{job="{SCRAPE_JOB}"}}')[0]["metric"]["instance"]
     assert count >= 1
 
-    rate = f'rate(p2_iteration_seconds_sum{{job="{JOB}"}}[1m])'
+    rate = f'rate(p2_iteration_seconds_sum{{job_id="{JOB}"}}[1m])'
     until(lambda: job_series(prometheus, rate), 15, lambda: f"{rate} never rose above 0\n{prometheus.log()}")
-    mean = prometheus.values(f'{rate} / rate(p2_iteration_seconds_count{{job="{JOB}"}}[1m])')
+    mean = prometheus.values(f'{rate} / rate(p2_iteration_seconds_count{{job_id="{JOB}"}}[1m])')
     # The feed's iterations take 0.050 to 0.056 s (tests.support.telemetry.TelemetryFeed).
     assert len(mean) == 1 and 0.049 <= next(iter(mean.values())) <= 0.057, mean
 
-    # Without honor_labels, Prometheus keeps its own job label and renames the service's.
-    default = prometheus.values(f'p2_iteration_seconds_count{{job="{UNHONORED_JOB}"}}')
-    assert [dict(labels).get("exported_job") for labels in default] == [JOB], default
+    # Prometheus' job label is the scrape job; the training job is job_id (nothing renamed to exported_job).
+    assert labels["job"] == SCRAPE_JOB and "exported_job" not in labels
+
+
+@needs_prometheus
+def test_prometheus_scrapes_a_service_that_needs_its_token_with_the_token(prometheus):
+    def both_scraped() -> dict[str, float]:
+        up = prometheus.values(f'up{{job=~"{TOKEN_JOB}|{NO_TOKEN_JOB}"}}')
+        return {dict(labels)["job"]: value for labels, value in up.items()} if len(up) == 2 else {}
+
+    up = until(both_scraped, 15, lambda: f"no scrape of the guarded service yet\n{prometheus.log()}")
+    assert up == {TOKEN_JOB: 1.0, NO_TOKEN_JOB: 0.0}, up
+    requests = prometheus.values(f'p2_service_request_seconds_count{{job="{TOKEN_JOB}", method="GET /metrics"}}')
+    assert requests and all(value >= 1 for value in requests.values()), requests
 
 
 #: Dashboard queries (panel title, refId) that have series for a job that has no plan yet (no commit, replan,

@@ -64,7 +64,7 @@ def test_the_dashboard_parses_and_is_a_grafana_dashboard():
     assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
     job = variables["job"]
     assert job["type"] == "query"
-    assert job["query"]["query"] == "label_values(p2_iteration_seconds_count, job)"
+    assert job["query"]["query"] == "label_values(p2_iteration_seconds_count, job_id)"
 
 
 def test_panels_have_unique_ids_titles_and_a_prometheus_datasource():
@@ -99,12 +99,12 @@ def test_queries_use_only_the_services_metrics_and_every_metric_has_a_panel():
 
 
 def test_job_metrics_are_filtered_by_the_job_variable():
-    """A query of a metric with a ``job`` label honours the dashboard's job selector."""
-    job_metrics = {name for spec in SERVICE if "job" in spec.labels for name in spec.exposed}
+    """A query of a metric with a ``job_id`` label honours the dashboard's job selector."""
+    job_metrics = {name for spec in SERVICE if "job_id" in spec.labels for name in spec.exposed}
     for panel in panels(load()):
         for target in panel.get("targets", []):
             for name in set(METRIC_NAME.findall(target["expr"])) & job_metrics:
-                assert re.search(rf'{name}\{{[^}}]*job=~"\$job"', target["expr"]), \
+                assert re.search(rf'{name}\{{[^}}]*job_id=~"\$job"', target["expr"]), \
                     f"panel {panel['title']!r}: {name} is not filtered by $job in {target['expr']}"
 
 
@@ -138,7 +138,7 @@ def test_the_promql_check_rejects_a_broken_query(tmp_path):
     tool = promtool()
     dashboard = load()
     broken = next(panel for panel in dashboard["panels"] if panel.get("targets"))
-    broken["targets"][0]["expr"] = 'sum by (job (rate(p2_iteration_seconds_count{job=~"$job"}[$__rate_interval]))'
+    broken["targets"][0]["expr"] = 'sum by (job_id (rate(p2_iteration_seconds_count{job_id=~"$job"}[$__rate_interval]))'
     path = rules_file(dashboard, tmp_path)
     result = subprocess.run([tool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
