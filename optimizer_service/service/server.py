@@ -90,6 +90,10 @@ class Service:
 
     async def start(self) -> int:
         credentials = server_credentials(self.config.tls_cert, self.config.tls_key, self.config.tls_ca)
+        if self.config.http_fd is not None:       # the dashboard's socket first: a bad --http touches no store
+            self._http_socket = socket.socket(fileno=self.config.http_fd)
+        elif self.config.http:
+            self._http_socket = self._bind_http()
         await self.core.start()
         interceptors = [RequestMetricsInterceptor(self.metrics)]
         interceptors += [TokenInterceptor(self.config.token)] if self.config.token else []
@@ -105,14 +109,14 @@ class Service:
             else:
                 self.port = self.server.add_secure_port(self.config.listen, credentials)
         except RuntimeError as error:
-            await self.core.stop()
+            await self._abandon()
             raise InvalidInputError(f"cannot listen on {self.config.listen}: {error}") from None
         if self.port == 0:
-            await self.core.stop()
+            await self._abandon()
             raise InvalidInputError(f"cannot listen on {self.config.listen}: the address is in use or not local; "
                                     "give another with --listen HOST:PORT")
         await self.server.start()
-        if self.config.http or self.config.http_fd is not None:
+        if self._http_socket is not None:
             try:
                 await self._start_http()
             except BaseException:
@@ -125,6 +129,13 @@ class Service:
                  ", TLS" if credentials else "", ", token required" if self.config.token else "")
         return self.port
 
+    async def _abandon(self) -> None:
+        """A start that failed before serving: stop the core, let the dashboard's socket go."""
+        if self._http_socket is not None:
+            self._http_socket.close()
+            self._http_socket = None
+        await self.core.stop()
+
     async def _start_http(self) -> None:
         """The dashboard on ``config.http`` (or the inherited socket ``config.http_fd``), served by
         uvicorn on this event loop (no signal handlers of its own)."""
@@ -132,13 +143,8 @@ class Service:
 
         from optimizer_service.dashboard.app import DashboardConfig, create_app
 
-        if self.config.http_fd is not None:
-            sock = socket.socket(fileno=self.config.http_fd)
-            host = sock.getsockname()[0]
-        else:
-            sock, host = self._bind_http()
-        self._http_socket = sock
-        self.http_port = sock.getsockname()[1]
+        sock = self._http_socket
+        host, self.http_port = sock.getsockname()[:2]
         self.http_url = f"http://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.http_port}/"
         app = create_app(self.core, DashboardConfig(token=self.config.token, public=self.config.dashboard_public,
                                                     limits=self.config.limits))
@@ -151,7 +157,7 @@ class Service:
         self._http_task = asyncio.get_running_loop().create_task(server.main_loop())
         log.info("service: dashboard on %s", self.http_url)
 
-    def _bind_http(self) -> tuple[socket.socket, str]:
+    def _bind_http(self) -> socket.socket:
         host, port = split_address(self.config.http, "--http")
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
@@ -164,9 +170,10 @@ class Service:
                 log.warning("service: port %d is in use; the dashboard takes port %d (--http sets one)", port,
                             sock.getsockname()[1])
         except OSError as error:
-            raise InvalidInputError(f"cannot serve the dashboard on {self.config.http}: {error.strerror}; give "
-                                    "another address with --http HOST:PORT (port 0 picks a free one)") from None
-        return sock, host
+            reason = (error.strerror or str(error)).split(" (while attempting")[0]
+            raise InvalidInputError(f"cannot serve the dashboard on {self.config.http}: {reason}; give another "
+                                    "address with --http HOST:PORT (port 0 picks a free one)") from None
+        return sock
 
     async def _stop_http(self) -> None:
         if self._http is None:

@@ -3,7 +3,9 @@ service process, simulated ranks over real gRPC, one-line errors, SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 
 import pytest
 
@@ -77,10 +79,29 @@ def test_client_errors_are_one_line_with_exit_codes(tmp_path):
 def test_serve_refuses_bad_settings_with_one_line(tmp_path):
     for args, words in [(["--store", "mysql://x"], "unsupported scheme"),
                         (["--token-file", str(tmp_path / "none")], "cannot read the token file"),
-                        (["--tls-cert", str(tmp_path / "c.pem")], "TLS needs both")]:
-        result = p2("serve", "--listen", "127.0.0.1:0", *args)
+                        (["--tls-cert", str(tmp_path / "c.pem")], "TLS needs both"),
+                        (["--http", "nowhere"], "--http 'nowhere' is not HOST:PORT")]:
+        result = p2("serve", "--listen", "127.0.0.1:0", "--store", f"sqlite:///{tmp_path / 's.db'}", *args)
         assert result.returncode == 2, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1 and words in result.stderr, result.stderr
+
+
+def test_the_dashboard_port_taken_is_an_error_when_asked_for_and_a_fallback_by_default(tmp_path):
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        result = p2("serve", "--listen", "127.0.0.1:0", "--store", f"sqlite:///{tmp_path / 's.db'}",
+                    "--http", f"127.0.0.1:{port}")
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert f"cannot serve the dashboard on 127.0.0.1:{port}" in result.stderr
+        holder = contextlib.ExitStack()             # take 8080 (it may be taken already: the same case)
+        with contextlib.suppress(OSError):
+            holder.enter_context(socket.create_server(("127.0.0.1", 8080)))
+        with holder:
+            serve = ServeProcess(tmp_path, "--http-port-file", str(tmp_path / "http.port"))
+            chosen = int((tmp_path / "http.port").read_text())
+            code, log = serve.stop()
+    assert chosen != 8080 and code == 0
+    assert "port 8080 is in use" in log and f"dashboard http://127.0.0.1:{chosen}/" in log
 
 
 def test_serve_with_its_store_down_says_so_in_one_line(tmp_path):
