@@ -84,6 +84,7 @@ class Service:
         self.port = 0
         self.http_port = 0
         self.http_url = ""
+        self._http_note = ""            # said once the service runs (a failed start says one line only)
         self._http = None
         self._http_task: asyncio.Task | None = None
         self._http_socket: socket.socket | None = None
@@ -155,6 +156,8 @@ class Service:
         await server.startup(sockets=[sock])
         self._http = server
         self._http_task = asyncio.get_running_loop().create_task(server.main_loop())
+        if self._http_note:
+            log.warning("%s", self._http_note)
         log.info("service: dashboard on %s", self.http_url)
 
     def _bind_http(self) -> socket.socket:
@@ -167,8 +170,8 @@ class Service:
                 if not (self.config.http_fallback and error.errno == errno.EADDRINUSE):
                     raise
                 sock = socket.create_server((host, 0), family=family)
-                log.warning("service: port %d is in use; the dashboard takes port %d (--http sets one)", port,
-                            sock.getsockname()[1])
+                self._http_note = (f"service: port {port} is in use; the dashboard takes port "
+                                   f"{sock.getsockname()[1]} (--http sets one)")
         except OSError as error:
             reason = (error.strerror or str(error)).split(" (while attempting")[0]
             raise InvalidInputError(f"cannot serve the dashboard on {self.config.http}: {reason}; give another "
