@@ -15,8 +15,10 @@ Once every job has ``--history`` iterations, this process measures:
 * **sequential requests** (httpx, one connection kept alive): ``--requests``
   per page and per ``/api/`` route, job routes round-robin over the jobs,
   after a few warm-up requests; latency p50/p99/max from the request's start
-  to its last body byte, and the service's CPU during each route's batch
-  (less the idle window's rate): CPU ms per request;
+  to its last body byte, the service's own mean time in the handler (its
+  ``p2_service_request_seconds``, scraped before and after each batch), and
+  its CPU over all the batches less the idle window's rate: CPU ms per request
+  (per route in the JSON, rough);
 * optionally ``--clients`` concurrent clients (asyncio, one connection each)
   cycling over the same routes but the explorer (one synthesis at a time:
   others get 429 by design): latency under concurrency and throughput.
@@ -56,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 GOAL_SECONDS = 0.100
 ELEMENTS = 1 << 18                  # the simulated ranks' all-reduces: 1 MiB of float32 (iteration_message)
 WARMUP = 5                          # untimed requests per route before its batch
+BACKLOG_EVERY = 0.5                 # seconds between the ranks' process's reports of its unsent messages
 EXPLORE = "topology=gcp-v100-2n&axes=2,8&reduce=1&max_size=4&placements=4&programs=3"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -198,12 +201,24 @@ async def feed(address: str, jobs: int, world: int, period: float) -> dict:
                     break
                 await asyncio.sleep(0.01)
         print(json.dumps({"event": "ready", "jobs": names, "plan_version": 1}), flush=True)
-        await stop.wait()
+
+        def backlog() -> int:
+            return sum(sim.outbox.qsize() for sim in everyone if sim.outbox is not None)
+
+        while not stop.is_set():              # what gRPC has not taken yet (the service reads too slowly)
+            print(json.dumps({"event": "backlog", "messages": backlog()}), flush=True)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), BACKLOG_EVERY)
         elapsed = time.monotonic() - began
         await asyncio.gather(*feeders, return_exceptions=True)
+        left = backlog()
+        for sim in everyone:                  # end the streams now, not once the backlog is written
+            while sim.outbox is not None and not sim.outbox.empty():
+                sim.outbox.get_nowait()
         await asyncio.gather(*streams, return_exceptions=True)
     return {"event": "stats", "messages": sent["messages"], "seconds": elapsed,
-            "messages_per_second": sent["messages"] / elapsed, "late_ticks": sent["late_ticks"]}
+            "messages_per_second": sent["messages"] / elapsed, "late_ticks": sent["late_ticks"],
+            "backlog_at_stop": left}
 
 
 def feed_main(address: str, jobs: int, world: int, period: float) -> int:
@@ -225,13 +240,22 @@ class Feed:
                                         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                         env=dict(os.environ, P2_LOG_LEVEL="WARNING"), preexec_fn=_die_with_parent)
         self.lines: queue.Queue = queue.Queue()
+        self.backlog: list[tuple[float, int]] = []        # (time.perf_counter(), unsent messages)
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         for line in self.process.stdout:
             with contextlib.suppress(ValueError):
-                self.lines.put(json.loads(line))
+                message = json.loads(line)
+                if message.get("event") == "backlog":
+                    self.backlog.append((time.perf_counter(), message["messages"]))
+                else:
+                    self.lines.put(message)
         self.lines.put({"event": "exit"})
+
+    def max_backlog(self, start: float, end: float) -> int | None:
+        seen = [count for when, count in list(self.backlog) if start <= when <= end]
+        return max(seen) if seen else None
 
     def wait(self, event: str, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
@@ -250,7 +274,7 @@ class Feed:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         try:
-            stats = self.wait("stats", 30)
+            stats = self.wait("stats", 60)
         except BenchmarkError:
             stats = None
         stop_process(self.process, 5)
@@ -365,7 +389,7 @@ def sequential(base: str, jobs: list[str], count: int, explore: str, pid: int, i
                               server_mean_ms=(served1[0] - served0[0]) / handled * 1e3 if handled else None,
                               mean_bytes=round(statistics.fmean(sizes)), batch_seconds=wall,
                               service_cpu_seconds=cpu,
-                              service_cpu_ms_per_request=max(0.0, cpu - idle_rate * wall) / count * 1e3,
+                              service_cpu_ms_per_request=(cpu - idle_rate * wall) / count * 1e3,
                               seconds=seconds)
     return rows
 
@@ -411,8 +435,8 @@ class Window:
     """CPU seconds of the service, the ranks' process, this process and every other process
     (the machine's busy time less those) over a stretch of wall time."""
 
-    def __init__(self, pids: dict[str, int], base: str) -> None:
-        self.pids, self.base = pids, base
+    def __init__(self, pids: dict[str, int], base: str, feed: Feed) -> None:
+        self.pids, self.base, self.feed = pids, base, feed
 
     def __enter__(self) -> Window:
         self.iterations = job_iterations(self.base)
@@ -421,7 +445,9 @@ class Window:
         self.start = time.perf_counter()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, *exc) -> None:
+        if kind is not None:
+            return
         self.seconds = time.perf_counter() - self.start
         cpu = {name: cpu_seconds(pid) - self.cpu[name] for name, pid in self.pids.items()}
         cpu["others"] = max(0.0, machine_busy_seconds() - self.machine - sum(cpu.values()))
@@ -429,7 +455,9 @@ class Window:
         rates = [(after[job] - self.iterations[job]) / self.seconds for job in self.iterations]
         self.result = {"seconds": self.seconds, "cpu_seconds": cpu,
                        "cpu_seconds_per_second": {name: value / self.seconds for name, value in cpu.items()},
-                       "job_iterations_per_second": {"min": min(rates), "median": statistics.median(rates)}}
+                       "job_iterations_per_second": {"min": min(rates), "median": statistics.median(rates)},
+                       "max_unsent_telemetry": self.feed.max_backlog(self.start, self.start + self.seconds),
+                       "machine_busy_fraction": sum(cpu.values()) / (self.seconds * (os.cpu_count() or 1))}
 
 
 # ------------------------------------------------------------------ reporting
@@ -444,8 +472,13 @@ def plot(document: dict, path: Path) -> None:
     positions = range(len(names))
     axis.bar([x - 0.2 for x in positions], [row["p50_ms"] for row in rows], 0.4, label="p50", color="C0")
     axis.bar([x + 0.2 for x in positions], [row["p99_ms"] for row in rows], 0.4, label="p99", color="C1")
+    served = [(x, row["server_mean_ms"]) for x, row in zip(positions, rows) if row["server_mean_ms"]]
+    axis.plot([x for x, _ in served], [ms for _, ms in served], "k_", ms=14, mew=2,
+              label="mean time in the service's handler")
     axis.axhline(GOAL_SECONDS * 1e3, color="C3", lw=1, ls="--", label=f"goal: p99 <= {GOAL_SECONDS * 1e3:.0f} ms")
     axis.set_yscale("log")
+    lowest = min([row["p50_ms"] for row in rows] + [ms for _, ms in served])
+    axis.set_ylim(lowest / 3, max(row["max_ms"] for row in rows) * 4)      # room for the legend above
     axis.set_xticks(list(positions))
     axis.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
     axis.set_ylabel("latency (ms), sequential requests")
@@ -454,7 +487,7 @@ def plot(document: dict, path: Path) -> None:
                    f"{config['period']:g} s per rank, {config['requests']} requests per route\n"
                    f"({document['machine']['cpus']} CPUs shared by the service, the ranks' process and the "
                    "load generator)", fontsize=9)
-    axis.legend(fontsize=8)
+    axis.legend(fontsize=8, loc="upper left", ncol=4)
     axis.grid(axis="y", which="both", alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -463,18 +496,19 @@ def plot(document: dict, path: Path) -> None:
 
 def report(document: dict) -> None:
     config, cpu = document["config"], document["cpu"]
+    feed = document["feed"]
+    rate = "unknown" if feed is None else f"{feed['messages_per_second']:,.0f}"
     print(f"\nsummary: {config['jobs']} jobs x {config['ranks']} ranks, telemetry every {config['period']:g} s per "
-          f"rank ({document['feed']['messages_per_second']:,.0f} messages/s sent), {config['requests']} "
-          f"sequential requests per route (goal: p99 <= {GOAL_SECONDS * 1e3:.0f} ms)")
-    print(f"  {'route':<38} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'server ms':>9} {'bytes':>7} "
-          f"{'CPU ms/req':>10}")
+          f"rank ({rate} messages/s sent), {config['requests']} sequential requests per route "
+          f"(goal: p99 <= {GOAL_SECONDS * 1e3:.0f} ms)")
+    print(f"  {'route':<38} {'n':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'server ms':>9} {'bytes':>7}")
     for name, row in document["routes"].items():
         verdict = "meets goal" if row["p99_ms"] <= GOAL_SECONDS * 1e3 else "MISSES goal"
         server = "-" if row["server_mean_ms"] is None else f"{row['server_mean_ms']:.1f}"
         print(f"  {name:<38} {row['n']:>5} {row['p50_ms']:>8.1f} {row['p99_ms']:>8.1f} {row['max_ms']:>8.1f} "
-              f"{server:>9} {row['mean_bytes']:>7} {row['service_cpu_ms_per_request']:>10.2f}  {verdict}")
-    print("  (p50/p99/max: at the client, request start to last body byte; server ms: mean time in the service's "
-          "handler, from its p2_service_request_seconds; CPU ms/req: the service's CPU less its idle rate)")
+              f"{server:>9} {row['mean_bytes']:>7}  {verdict}")
+    print("  (p50/p99/max: at the client, from the request's start to its last body byte; server ms: the mean time "
+          "the service's middleware measured around the handler, p2_service_request_seconds)")
     if document.get("concurrent"):
         row = document["concurrent"]
         print(f"  {row['clients']} concurrent clients (every route but the explorer): p50 {row['p50_ms']:.1f} ms  "
@@ -489,13 +523,18 @@ def report(document: dict) -> None:
           f"process ({idle['cpu_seconds_per_second']['ranks']:.2f} s/s idle, "
           f"{busy['cpu_seconds_per_second']['ranks']:.2f} s/s busy) and this load generator "
           f"({busy['cpu_seconds_per_second']['load generator']:.2f} s/s busy)")
-    print(f"  job iterations/s (median job; {1 / config['period']:.1f} sent): "
+    print(f"  telemetry applied: job iterations/s (median job; {1 / config['period']:.1f} sent) "
           f"{idle['job_iterations_per_second']['median']:.1f} idle, "
-          f"{busy['job_iterations_per_second']['median']:.1f} while serving requests")
+          f"{busy['job_iterations_per_second']['median']:.1f} while serving requests; most messages not yet "
+          f"taken by the service {idle['max_unsent_telemetry']} idle, {busy['max_unsent_telemetry']} while serving")
     print(f"  other processes on the machine (not this benchmark's): {idle['cpu_seconds_per_second']['others']:.2f} "
           f"CPU s/s in the idle window, {busy['cpu_seconds_per_second']['others']:.2f} in the request window; "
-          f"load average {document['machine']['load_average']['before']:.1f} before, "
+          f"the CPUs were {idle['machine_busy_fraction']:.0%} and {busy['machine_busy_fraction']:.0%} busy; load "
+          f"average {document['machine']['load_average']['before']:.1f} before, "
           f"{document['machine']['load_average']['after']:.1f} after")
+    if max(idle["machine_busy_fraction"], busy["machine_busy_fraction"]) > 0.9:
+        print("  (the machine was CPU-bound: latencies include waits for a CPU, and the service's CPU per request "
+              "is understated as it did less telemetry work)")
     slow = [name for name, row in document["routes"].items() if row["p99_ms"] > GOAL_SECONDS * 1e3]
     print(f"  goal: {'met by every route' if not slow else 'MISSED by ' + ', '.join(slow)}")
 
@@ -522,20 +561,18 @@ def run(args: argparse.Namespace) -> dict:
                 time.sleep(0.25)
             pids = {"service": service.pid, "ranks": feed_process.process.pid, "load generator": os.getpid()}
             print(f"every job has {args.history} iterations; idle window of {args.idle:g} s", file=sys.stderr)
-            with Window(pids, base) as idle:
+            with Window(pids, base, feed_process) as idle:
                 time.sleep(args.idle)
             idle_rate = idle.result["cpu_seconds_per_second"]["service"]
             print(f"sequential requests: {args.requests} per route", file=sys.stderr)
-            with Window(pids, base) as busy:
+            with Window(pids, base, feed_process) as busy:
                 rows = sequential(base, jobs, args.requests, args.explore, service.pid, idle_rate)
             served = sum(row["n"] for row in rows.values())
             concurrent_row = None
             if args.clients:
                 print(f"{args.clients} concurrent clients", file=sys.stderr)
                 concurrent_row = asyncio.run(concurrent(base, jobs, args.clients, args.requests, args.explore))
-            stats = feed_process.stop()
-            if stats is None:
-                raise BenchmarkError("the ranks' process did not report what it sent")
+            stats = feed_process.stop()           # None: it did not say (reported as unknown)
         finally:
             if feed_process is not None and feed_process.process.poll() is None:
                 feed_process.stop()
@@ -550,8 +587,10 @@ def run(args: argparse.Namespace) -> dict:
                         "cpus": os.cpu_count(), "cpu": _cpu_model(),
                         "load_average": {"before": load_before, "after": load_after}},
             "feed": stats, "routes": rows, "concurrent": concurrent_row,
-            "cpu": {"idle": idle.result, "requests": busy.result, "requests_served": served,
-                    "service_cpu_ms_per_request": max(0.0, busy_cpu - idle_rate * busy.seconds) / served * 1e3}}
+            "cpu": {"note": "routes[*].service_cpu_ms_per_request: the service's CPU in the route's batch less "
+                            "the idle window's rate, per request; rough, as the telemetry work varies",
+                    "idle": idle.result, "requests": busy.result, "requests_served": served,
+                    "service_cpu_ms_per_request": (busy_cpu - idle_rate * busy.seconds) / served * 1e3}}
 
 
 def _cpu_model() -> str:
@@ -562,8 +601,15 @@ def _cpu_model() -> str:
     return platform.processor()
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        """A bad argument: one line, exit 2."""
+        print(f"dashboard: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=10, help="live jobs")
     parser.add_argument("--ranks", type=int, default=64, help="simulated ranks per job (one gRPC stream each)")
     parser.add_argument("--period", type=float, default=0.15, help="seconds between a rank's telemetry messages")
@@ -574,7 +620,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--explore", default=EXPLORE, help="the explorer page's query string")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--feed-address", help=argparse.SUPPRESS)         # internal: be the ranks' process
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as done:               # --help (0) or a bad argument (2)
+        return int(done.code or 0)
     if not (1 <= args.jobs <= 1000 and 1 <= args.ranks <= 4096 and 0.01 <= args.period <= 10
             and 1 <= args.requests <= 100_000 and 1 <= args.history <= 1000 and 0.1 <= args.idle <= 600
             and 0 <= args.clients <= 64 and args.explore):
@@ -584,20 +633,37 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.feed_address:
         return feed_main(args.feed_address, args.jobs, args.ranks, args.period)
-    previous = signal.getsignal(signal.SIGTERM)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.default_int_handler)      # SIGTERM cleans up as Ctrl-C does
+    import httpx
+
+    signals: list[int] = []
+
+    def interrupt(number, frame) -> None:
+        signals.append(number)
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    if main_thread:                          # Ctrl-C and SIGTERM: stop what was started, then exit 130
+        for number in previous:
+            signal.signal(number, interrupt)
     try:
         document = run(args)
     except BenchmarkError as error:
         print(f"dashboard: {error}", file=sys.stderr)
+        return 130 if signals else 1
+    except httpx.HTTPError as error:
+        if signals:                          # Ctrl-C in a terminal stops the service too
+            print("dashboard: interrupted; every process it started is stopped", file=sys.stderr)
+            return 130
+        print(f"dashboard: the dashboard stopped answering ({type(error).__name__}: {error})", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("dashboard: interrupted; every process it started is stopped", file=sys.stderr)
         return 130
     finally:
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, previous)
+        if main_thread:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "dashboard.json").write_text(json.dumps(document, indent=1) + "\n")
     plot(document, args.out / "dashboard.png")

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
 
 #: The exposition's content type (what ``/metrics`` answers with).
@@ -146,6 +146,8 @@ class ServiceMetrics:
     serves :meth:`exposition`."""
 
     def __init__(self, *, max_jobs: int = 64, max_ranks: int = 256, max_channels: int = 16) -> None:
+        # No ``*_created`` series: they doubled /metrics (one per rank and channel) and no panel reads them.
+        disable_created_metrics()
         self.registry = CollectorRegistry(auto_describe=True)
         self.job = Bounded(max_jobs)
         self._ranks: dict[str, Bounded] = {}

@@ -73,3 +73,18 @@ def test_optimize_benchmark_what_if_slows_compute_on_channel_zero(tmp_path):
     assert data["compute_slowdown"] == {"0": 0.25}
     assert (tmp_path / "optimize-compute-slowdown-0.25.png").stat().st_size > 10_000
     assert optimize_bench.main(["--compute-slowdown", "-1"]) == 2
+
+
+@pytest.mark.slow
+def test_dashboard_benchmark_runs_end_to_end(tmp_path):
+    from benchmarks import dashboard as dashboard_bench
+
+    assert dashboard_bench.main(["--jobs", "2", "--ranks", "4", "--requests", "10", "--history", "10", "--idle", "1",
+                                 "--clients", "2", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "dashboard.json").read_text())
+    assert list(data["routes"]) == [name for name, *_ in dashboard_bench.routes(dashboard_bench.EXPLORE)]
+    for row in data["routes"].values():
+        assert row["n"] == 10 and row["p99_ms"] >= row["p50_ms"] > 0
+    assert data["concurrent"]["n"] == 20 and data["cpu"]["requests_served"] == 10 * len(data["routes"])
+    assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+    assert dashboard_bench.main(["--jobs", "0"]) == 2

@@ -145,6 +145,9 @@ class Service:
         from optimizer_service.dashboard.app import DashboardConfig, create_app
 
         sock = self._http_socket
+        # Accepted sockets inherit TCP_NODELAY on Linux; without it a small answer written as head and
+        # body waits ~40 ms for the client's delayed ACK (asyncio sets it only on sockets made as IPPROTO_TCP).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         host, self.http_port = sock.getsockname()[:2]
         self.http_url = f"http://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.http_port}/"
         app = create_app(self.core, DashboardConfig(token=self.config.token, public=self.config.dashboard_public,

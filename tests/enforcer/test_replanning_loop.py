@@ -66,7 +66,9 @@ def test_the_service_plans_and_commits_a_live_job_by_itself(tmp_path):
     assert shown.returncode == 0 and len(shown.stdout.splitlines()) == 2, shown.stdout + shown.stderr
     assert all(line.split()[3] in set(kinds) for line in shown.stdout.splitlines()), shown.stdout
     assert unknown.returncode != 0 and "no-such-job" in unknown.stderr and len(unknown.stderr.splitlines()) == 1
-    assert kinds[:2] == ["replan", "searched"] and "commit" in kinds, events
+    # notes (a drift seen on a loaded machine while the first search runs) may come between
+    assert kinds[0] == "replan" and "searched" in kinds and "commit" in kinds, events
+    assert kinds.index("searched") < kinds.index("commit"), events
     assert events[0]["trigger"] == "first" and all(event["reason"] for event in events)
     # the first search may predict no gain at all (min_gain=0 still asks for more than 0): a later one commits
     first_commit = kinds.index("commit")
