@@ -69,7 +69,7 @@ async def list_plans(request: Request, job_id: str = JOB) -> dict:
 
 @router.get("/jobs/{job_id}/plans/{version}", summary="A plan: per comm-op its motifs and predicted costs")
 async def get_plan(request: Request, job_id: str = JOB, version: int = VERSION) -> dict:
-    return await views.plan_detail(request.app.state.core, _job(request, job_id), version)
+    return (await views.plan_detail(request.app.state.core, _job(request, job_id), version))[0]
 
 
 @router.get("/jobs/{job_id}/plans/{version}/diff", summary="What the plan changes against another")

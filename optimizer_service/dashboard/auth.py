@@ -35,13 +35,14 @@ class Access:
     token: str | None = None
     public: bool = True
 
-    def _matches(self, given: str | None) -> bool:
+    def matches(self, given: str | None) -> bool:
+        """``given`` is the service's token (compared in constant time; never true without a token)."""
         return self.token is not None and given is not None and hmac.compare_digest(given.encode(),
                                                                                     self.token.encode())
 
     def can_read(self, request: Request) -> bool:
-        return (self.public or self.token is None or self._matches(bearer(request))
-                or self._matches(request.cookies.get(COOKIE)))
+        return (self.public or self.token is None or self.matches(bearer(request))
+                or self.matches(request.cookies.get(COOKIE)))
 
     def check_read(self, request: Request) -> None:
         if not self.can_read(request):
@@ -59,7 +60,7 @@ class Access:
         if given is None:
             raise AuthError(401, "this action needs the service's token: send 'Authorization: Bearer TOKEN' "
                                  "(the page's token field does)")
-        if not self._matches(given):
+        if not self.matches(given):
             raise AuthError(401, "wrong token")
 
 

@@ -58,8 +58,8 @@ async def plan_page(request: Request, job_id: str = api.JOB, version: int = api.
         return redirect
     core = request.app.state.core
     job = core.job(job_id)
-    detail = await views.plan_detail(core, job, version)
-    diff = await views.diff(core, job, version, None)
+    detail, plan = await views.plan_detail(core, job, version)
+    diff = views.plan_diff(await views.previous_plan(core, job, version), plan)
     timelines = views.gantt(core, job, version, rank)
     horizon = max([r["end"] for r in timelines["predicted"] + (timelines["measured"] or [])] or [0.0]) or None
     charts = {"predicted": svg.gantt(timelines["predicted"], "predicted (the search's schedule)", horizon),
@@ -124,7 +124,7 @@ async def login_page(request: Request, next: str = Query("/", max_length=512)):
 async def login(request: Request, token: str = Form(..., min_length=1, max_length=4096),
                 next: str = Form("/", max_length=512)):
     access = request.app.state.access
-    if access.token is None or not access._matches(token):
+    if access.token is None or not access.matches(token):
         return templates.TemplateResponse(request, "login.html", {"title": "Log in", "next": next, "charts": False,
                                                                   "writable": False, "error": "wrong token"},
                                           status_code=401)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from html import escape
 
-LANE_ORDER = ("compute", "passthrough")
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
            "#bab0ac")
 
@@ -24,10 +23,12 @@ def sparkline(values: list[float], width: int = 120, height: int = 24) -> str:
 
 
 def _lanes(rows: list[dict]) -> list[str]:
+    """Compute first, then the channels in order, then passthrough, then anything else."""
     found = {row["lane"] for row in rows}
     channels = sorted((lane for lane in found if lane.startswith("ch")), key=lambda lane: int(lane[2:] or 0))
-    return [lane for lane in LANE_ORDER if lane in found][:1] + channels + [
-        lane for lane in LANE_ORDER[1:] if lane in found] + sorted(found - set(LANE_ORDER) - set(channels))
+    first = [lane for lane in ("compute",) if lane in found]
+    last = [lane for lane in ("passthrough",) if lane in found]
+    return first + channels + last + sorted(found - {"compute", "passthrough"} - set(channels))
 
 
 def gantt(rows: list[dict], title: str, horizon: float | None = None, width: int = 960) -> str:
@@ -54,7 +55,8 @@ def gantt(rows: list[dict], title: str, horizon: float | None = None, width: int
         x = left + row["start"] * scale
         w = max((row["end"] - row["start"]) * scale, 0.8)
         fill = "#d9d9d9" if row["lane"] == "compute" else colour[row["name"]]
-        parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{lane_height - 6}" fill="{fill}" stroke="#fff" stroke-width="0.5">'
+        parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{lane_height - 6}" fill="{fill}" '
+                     'stroke="#fff" stroke-width="0.5">'
                      f'<title>{escape(row["name"])}: {row["start"] * 1e3:.2f}–{row["end"] * 1e3:.2f} ms</title>'
                      '</rect>')
     for k in range(6):

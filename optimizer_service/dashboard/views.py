@@ -104,12 +104,13 @@ async def events(core: ServiceCore, job: Job, limit: int) -> dict:
             "decisions": [{k: v for k, v in d.items() if k != "search"} for d in decisions]}
 
 
-async def plan_detail(core: ServiceCore, job: Job, version: int) -> dict:
+async def plan_detail(core: ServiceCore, job: Job, version: int) -> tuple[dict, Plan]:
+    """The plan page's data, and the plan itself (parsed once, for the diff beside it)."""
     state, stored = await core.plan(job.job_id, version)
     plan = Plan.parse(stored.plan_json)
     topology = core.topology_yaml(job)
     return {"job_id": job.job_id, "record": plan_state(state), "plan": plan_view(plan, topology),
-            "submitted_unix": stored.submitted_unix}
+            "submitted_unix": stored.submitted_unix}, plan
 
 
 async def previous_plan(core: ServiceCore, job: Job, version: int) -> Plan | None:
