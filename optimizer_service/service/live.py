@@ -18,6 +18,7 @@ iteration's op and motif timeline (for the measured Gantt).
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -163,15 +164,15 @@ class LiveView:
 
     def median_seconds(self, last: int = 20, version: int | None = None) -> float | None:
         """The median iteration time of the last ``last`` iterations (of ``version`` only, when given)."""
-        values = [it.seconds for it in list(self.history)[-last:] if version is None or it.version == version]
+        recent = itertools.islice(reversed(self.history), last)     # no copy of the whole history (a hot path)
+        values = [it.seconds for it in recent if version is None or it.version == version]
         return statistics.median(values) if values else None
 
     def lagging(self, connected: set[int], now: float) -> set[int]:
         """Ranks behind the job's newest iteration by :data:`LAG_ITERATIONS`, or silent too long."""
         newest = max((info.iteration for info in self.ranks.values()), default=-1)
         late = {rank for rank, info in self.ranks.items() if newest - info.iteration >= LAG_ITERATIONS}
-        silent = {rank for rank in connected if now - self.ranks.get(rank, RankLive(unix=now)).unix > SILENT_SECONDS
-                  and rank in self.ranks}
+        silent = {rank for rank in connected & self.ranks.keys() if now - self.ranks[rank].unix > SILENT_SECONDS}
         return late | silent
 
     def wait_table(self) -> list[dict]:
