@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -24,9 +25,11 @@ from optimizer_service.dashboard import api, pages
 from optimizer_service.dashboard.auth import Access, AuthError
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.metrics import CONTENT_TYPE, Stopwatch
-from optimizer_service.service.core import NotFoundError, RefusedError, ServiceCore
+from optimizer_service.service.core import ServiceCore
+from optimizer_service.service.errors_map import status_of
 from optimizer_service.service.explore import Limits
 from optimizer_service.service.requests import RequestError
+from optimizer_service.service.store.base import StoreError
 
 log = logging.getLogger("p2.service")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -98,16 +101,18 @@ def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig()) -
     return app
 
 
+#: The gRPC status the service gives an error (service/errors_map.py, the one mapping) as an HTTP status.
+HTTP_STATUS = {grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.FAILED_PRECONDITION: 409,
+               grpc.StatusCode.ABORTED: 409, grpc.StatusCode.UNAVAILABLE: 503,
+               grpc.StatusCode.INVALID_ARGUMENT: 422}
+
+
 def _status(error: Exception) -> int:
     if isinstance(error, AuthError):
         return error.status
-    if isinstance(error, NotFoundError):
-        return 404
-    if isinstance(error, RefusedError):
-        return 409
     if isinstance(error, api.BusyError):
         return 429
-    return 422
+    return HTTP_STATUS.get(status_of(error), 500)
 
 
 def _install_errors(app: FastAPI) -> None:
@@ -123,6 +128,7 @@ def _install_errors(app: FastAPI) -> None:
 
     @app.exception_handler(AuthError)
     @app.exception_handler(InvalidInputError)
+    @app.exception_handler(StoreError)
     async def known(request: Request, error: Exception):
         field = error.field if isinstance(error, RequestError) else None
         return answer(request, _status(error), str(error), field)
