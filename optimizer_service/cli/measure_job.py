@@ -1,7 +1,9 @@
-"""Run :mod:`enforcer.measure` on every rank of an emulated cluster.
+"""Run a measurement module (:mod:`enforcer.measure`, :mod:`enforcer.measure_reshard`)
+on every rank of an emulated cluster.
 
-Shared by ``p2 bench reduce`` and ``p2 calibrate``: the verbs build a list of
-runs (lowered program, reduction groups, bytes, channel), this module writes
+Shared by ``p2 bench reduce`` and ``p2 calibrate`` (lowered programs: each run
+a program, reduction groups, bytes, channel) and by ``p2 reshard --measure``
+and ``benchmarks/resharding.py`` (resharding programs): this module writes
 the spec, starts the ranks through :func:`deploy.emulated.run_ranks` (their
 output streams to stderr with rank prefixes, so progress is visible) and
 returns each run's measured seconds by id.
@@ -43,11 +45,19 @@ class Measured:
 def measure(info: ClusterInfo, runs: list[Run], *, warmup: int, repeat: int, no_shaping: bool = False,
             timeout: float | None = None, master_port: int | None = None) -> dict[str, Measured]:
     spec = {"warmup": warmup, "repeat": repeat, "runs": [run.to_dict() for run in runs]}
+    return run_measurement(info, "enforcer.measure", spec, no_shaping=no_shaping, timeout=timeout,
+                           master_port=master_port)
+
+
+def run_measurement(info: ClusterInfo, module: str, spec: dict, *, no_shaping: bool = False,
+                    timeout: float | None = None, master_port: int | None = None) -> dict[str, Measured]:
+    """Run ``python -m module SPEC OUT`` on every rank of ``info`` and read back
+    ``OUT``'s ``runs[{id, median, seconds}]``."""
     with tempfile.TemporaryDirectory(prefix="p2-measure-") as folder:
         spec_path, out_path = Path(folder, "spec.json"), Path(folder, "result.json")
         spec_path.write_text(json.dumps(spec))
         Path(folder).chmod(0o755)
-        code = run_ranks(info, [sys.executable, "-m", "enforcer.measure", str(spec_path), str(out_path)],
+        code = run_ranks(info, [sys.executable, "-m", module, str(spec_path), str(out_path)],
                          env=_quiet_torch(), no_shaping=no_shaping, timeout=timeout, out=sys.stderr,
                          master_port=master_port)
         if code != 0 or not out_path.exists():
