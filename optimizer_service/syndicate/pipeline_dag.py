@@ -1,0 +1,198 @@
+"""A pipeline schedule as a training DAG for Syndicate's scheduler (Zhuang et
+al., MLSys 2023, §4; Syndicate §4.3): each stage's compute actions and the
+cross-mesh resharding between stages as comm-ops, so ``p2 optimize``
+(:func:`optimizer_service.syndicate.facade.plan_job`) chooses every
+resharding motif's execution plan and orders the motifs with compute.
+
+Inputs are values this package can read without :mod:`optimizer_service.resharding`
+(which it may not import): a :class:`~optimizer_service.plan.pipeline.PipelineSchedule`,
+the seconds of each action (any ``Action -> seconds`` callable, such as
+``PipelineCosts.seconds``), and per pair of connected stages a
+:class:`BoundaryMotifs`: the resharding of the activation forward and of its
+gradient backward, each a set of motifs over global ranks — typically the
+broadcasts of the resharding planner's unit tasks (:func:`broadcasts` builds
+them from ``(ranks with the root first, elements)``).
+
+Nodes, in program order (the schedule's dry-run order, each action followed
+by the sends it makes):
+
+* compute ``"2F0"`` (the action's text), its seconds; ``F(s, m)`` after the
+  forward comm-ops into ``s`` of micro-batch ``m`` (or, for a boundary with no
+  motifs, after the producing ``F``); ``B``/``I(s, m)`` after ``F(s, m)`` and
+  the backward comm-ops into ``s``; ``W(s, m)`` after ``I(s, m)``;
+* comm-ops ``"0>1:F3#k"`` (the ``k``-th motif of the activation of
+  micro-batch 3 from stage 0 to stage 1) after ``F(0, 3)``, and
+  ``"1>0:B3#k"`` (its gradient back) after ``B``/``I(1, 3)``;
+* the stage's order is program order: every action is ``issued_after`` the
+  one before it on its stage (FIFO, BS+ and HO keep it; Syndicate may drop
+  it, :mod:`optimizer_service.syndicate.dag`);
+* across iterations, a stage's first action waits for every weight gradient
+  (``B`` or ``W``) of the stage in the previous iteration: the optimizer step.
+
+Syndicate's scheduler models **one** compute stream (it plans one rank's view
+of a data-parallel job), so under ``p2 optimize`` the compute of all stages
+shares it and the iteration time is an upper bound on the pipeline's; the
+motifs' plans and their order relative to compute are what it contributes.
+:func:`stage_stream_tasks` lowers the same DAG with one compute stream per
+stage (each a scheduler resource of its own), which is what a pipeline runs:
+its makespan is the pipeline's iteration time under the critical-path
+scheduler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from optimizer_service.errors import InvalidInputError
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.motif import Composition, Motif, comm_op
+from optimizer_service.plan.pipeline import Action, ActionKind, PipelineSchedule
+from optimizer_service.syndicate.dag import Node, TrainingDAG, to_tasks
+from optimizer_service.syndicate.scheduler import Task
+
+F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
+
+
+@dataclass(frozen=True)
+class BoundaryMotifs:
+    """The resharding between two connected stages (``from_stage < to_stage``):
+    ``forward`` moves the activation, ``backward`` its gradient; each motif is
+    one comm-op (they run independently; the consumer waits for all)."""
+
+    from_stage: int
+    to_stage: int
+    forward: tuple[Motif, ...]
+    backward: tuple[Motif, ...]
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.from_stage < self.to_stage:
+            raise InvalidInputError(f"boundary {self.from_stage}>{self.to_stage}: a stage feeds a later stage "
+                                    "(from < to, both >= 0)")
+
+
+def broadcasts(unit_tasks: Sequence[tuple[Sequence[int], int]]) -> tuple[Motif, ...]:
+    """One Broadcast motif per ``(ranks, elements)``, the root first in ``ranks``."""
+    return tuple(comm_op(Collective.BROADCAST, ranks, elements) for ranks, elements in unit_tasks)
+
+
+def _program_order(schedule: PipelineSchedule) -> list[Action]:
+    """Actions in dry-run order: step by step, stage by stage (a topological order)."""
+    done: set[tuple[int, str, int]] = set()
+    position = [0] * schedule.stage_count
+    order: list[Action] = []
+    while len(order) < sum(len(a) for a in schedule.stages):
+        ran = []
+        for stage, actions in enumerate(schedule.stages):
+            if position[stage] == len(actions):
+                continue
+            _, kind, m = actions[position[stage]]
+            if kind is F and stage > 0:
+                wanted = (stage - 1, "F", m)
+            elif kind in (B, I) and stage + 1 < schedule.stage_count:
+                wanted = (stage + 1, "B", m)
+            else:
+                wanted = None
+            if wanted is None or wanted in done:
+                ran.append(actions[position[stage]])
+        if not ran:
+            raise InvalidInputError(f"schedule {schedule.name} deadlocks; check it with "
+                                    "optimizer_service.resharding.pipeline_validate.check_schedule")
+        for action in ran:
+            position[action.stage] += 1
+            if action.kind is not W:
+                done.add((action.stage, "F" if action.kind is F else "B", action.microbatch))
+        order += ran
+    return order
+
+
+def pipeline_dag(schedule: PipelineSchedule, seconds: Callable[[Action], float],
+                 boundaries: Sequence[BoundaryMotifs], name: str | None = None) -> TrainingDAG:
+    """The DAG of one iteration of ``schedule`` (module docstring)."""
+    count = schedule.stage_count
+    by_pair: dict[tuple[int, int], BoundaryMotifs] = {}
+    for boundary in boundaries:
+        pair = (boundary.from_stage, boundary.to_stage)
+        if boundary.to_stage >= count:
+            raise InvalidInputError(f"boundary {pair[0]}>{pair[1]} names stage {pair[1]}; schedule "
+                                    f"{schedule.name} has stages 0..{count - 1}")
+        if pair in by_pair:
+            raise InvalidInputError(f"boundary {pair[0]}>{pair[1]} is given twice")
+        by_pair[pair] = boundary
+    for s in range(count - 1):
+        by_pair.setdefault((s, s + 1), BoundaryMotifs(s, s + 1, (), ()))
+    backward_kind = {(a.stage, a.microbatch): a.kind for actions in schedule.stages for a in actions
+                     if a.kind in (B, I)}
+    nodes: list[Node] = []
+    previous_on_stage: dict[int, str] = {}
+    weights = {s: tuple(str(a) for a in schedule.stages[s] if a.kind in (B, W)) for s in range(count)}
+    for action in _program_order(schedule):
+        stage, kind, m = action
+        after: list[str] = []
+        if kind is F:
+            for (a, b), boundary in sorted(by_pair.items()):
+                if b == stage:
+                    after += _inputs(boundary.forward, f"{a}>{b}:F{m}", str(Action(a, F, m)))
+        elif kind in (B, I):
+            after.append(str(Action(stage, F, m)))
+            for (a, b), boundary in sorted(by_pair.items()):
+                if a == stage:
+                    producer = Action(b, backward_kind[(b, m)], m)   # it ran: _program_order found no deadlock
+                    after += _inputs(boundary.backward, f"{b}>{a}:B{m}", str(producer))
+        else:
+            after.append(str(Action(stage, I, m)))
+        issued = (previous_on_stage[stage],) if stage in previous_on_stage else ()
+        previous = weights[stage] if stage not in previous_on_stage else ()
+        nodes.append(Node(str(action), seconds(action), None, tuple(after), previous, issued))
+        previous_on_stage[stage] = str(action)
+        if kind is F:
+            for (a, b), boundary in sorted(by_pair.items()):
+                if a == stage:
+                    nodes += _sends(boundary.forward, f"{a}>{b}:F{m}", str(action))
+        elif kind in (B, I):
+            for (a, b), boundary in sorted(by_pair.items()):
+                if b == stage:
+                    nodes += _sends(boundary.backward, f"{b}>{a}:B{m}", str(action))
+    motifs = sum(len(b.forward) + len(b.backward) for b in by_pair.values())
+    description = (f"{name or schedule.name}: pipeline schedule {schedule.name}, {count} stages x "
+                   f"{schedule.microbatches} micro-batches, {motifs} resharding motifs per micro-batch")
+    return TrainingDAG(name or f"pipeline-{schedule.name}", tuple(nodes), description)
+
+
+def _inputs(motifs: tuple[Motif, ...], prefix: str, producer: str) -> list[str]:
+    return [f"{prefix}#{k}" for k in range(len(motifs))] if motifs else [producer]
+
+
+def _sends(motifs: tuple[Motif, ...], prefix: str, producer: str) -> list[Node]:
+    return [Node(f"{prefix}#{k}", 0.0, motif, (producer,)) for k, motif in enumerate(motifs)]
+
+
+def stage_of(node_name: str) -> int | None:
+    """The stage of a compute node (``"2F0"`` -> 2); None for a comm-op."""
+    try:
+        return Action.parse(node_name.split("@")[0]).stage
+    except InvalidInputError:
+        return None
+
+
+def stage_stream(stage: int) -> int:
+    """The scheduler resource that runs ``stage``'s compute in :func:`stage_stream_tasks`
+    (negative, so it never meets a topology's channel)."""
+    return -2 - stage
+
+
+def stage_stream_tasks(dag: TrainingDAG, seconds: Callable[[Motif], float],
+                       plans: Mapping[str, Composition] | None = None) -> tuple[list[Task], dict[str, list[int]]]:
+    """:func:`~optimizer_service.syndicate.dag.to_tasks` of a pipeline DAG with
+    each stage's compute on a stream of its own (:func:`stage_stream`) and the
+    stage's program order kept as dependencies (module docstring)."""
+    tasks, owned = to_tasks(dag, plans or {}, seconds)
+    for node in dag.nodes:
+        stage = stage_of(node.name)
+        if node.is_comm or stage is None:
+            continue
+        index, = owned[node.name]
+        extra = tuple(t for before in node.issued_after for t in owned[before])
+        task = tasks[index]
+        tasks[index] = replace(task, channel=stage_stream(stage), after=tuple(dict.fromkeys(task.after + extra)))
+    return tasks, owned
