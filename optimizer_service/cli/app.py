@@ -22,6 +22,8 @@ from optimizer_service.cli.calibrate import calibrate
 from optimizer_service.cli.cluster import cluster
 from optimizer_service.cli.demo import demo
 from optimizer_service.cli.optimize import optimize
+from optimizer_service.cli.pipeline import pipeline
+from optimizer_service.cli.reshard import reshard
 from optimizer_service.cli.rule_plan import rule_plan
 from optimizer_service.cli.service_verbs import jobs, plan, serve
 from optimizer_service.cli.synth import synth
@@ -48,6 +50,8 @@ cli.add_command(calibrate)
 cli.add_command(cluster)
 cli.add_command(demo)
 cli.add_command(optimize)
+cli.add_command(pipeline)
+cli.add_command(reshard)
 cli.add_command(rule_plan)
 cli.add_command(jobs)
 cli.add_command(plan)
