@@ -9,16 +9,27 @@ from pathlib import Path
 
 import click
 
+from deploy.emulated import load_cluster
 from deploy.emulated.model import cluster_topology
 from optimizer_service.catalog import load_topology
+from optimizer_service.cli.measure_job import run_measurement
 from optimizer_service.cli.params import IntList, replace_file, write_json
-from optimizer_service.cli.reshard_render import algorithm_table, document, gantt, header, unit_task_table
+from optimizer_service.cli.reshard_render import (
+    algorithm_table,
+    document,
+    gantt,
+    header,
+    measured_table,
+    unit_task_table,
+)
+from optimizer_service.errors import InvalidInputError
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.resharding import Strategy
 from optimizer_service.resharding.mesh import Mesh, MeshOrShape
 from optimizer_service.resharding.planner import ALGORITHMS, plan_request
 from optimizer_service.resharding.request import build_request
 from optimizer_service.resharding.spec import parse_endpoint
+from optimizer_service.settings import Settings
 
 #: The default topology's links: the emulated cluster's shaped NIC and its loopback.
 EMULATED_NIC_RATE = 200e6 / 8
@@ -65,9 +76,18 @@ def default_topology(src: MeshOrShape, dst: MeshOrShape) -> Topology:
 @click.option("--program", "program_out", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT",
               help="Write the chosen algorithm's ReshardProgram (what the enforcer runs; with --algo all, "
                    "the ensemble's).")
-def reshard(shape: tuple[int, ...], src_text: str, dst_text: str, topology_name: str | None,
+@click.option("--cluster", "cluster_name", metavar="NAME",
+              help="Plan for this emulated cluster ('p2 cluster up'): its topology, unless --topology is given.")
+@click.option("--measure", is_flag=True,
+              help="Run every plan's program on --cluster through the enforcer and add measured_seconds.")
+@click.option("--repeat", type=click.IntRange(min=1), default=3, show_default=True,
+              help="With --measure: timed runs per plan (the median is reported; one checked warm-up first).")
+@click.option("--no-shaping", is_flag=True, help="With --measure: run the ranks on the host's loopback.")
+@click.pass_obj
+def reshard(settings: Settings, shape: tuple[int, ...], src_text: str, dst_text: str, topology_name: str | None,
             algo: str, strategy: str, dtype_bytes: int, budget: float, seed: int, json_out: str | None,
-            gantt_out: Path | None, program_out: Path | None) -> None:
+            gantt_out: Path | None, program_out: Path | None, cluster_name: str | None, measure: bool,
+            repeat: int, no_shaping: bool) -> None:
     """Plan moving a sharded tensor from one device mesh to another:
     decompose it into unit tasks (one per unique slice), price each with the
     topology's cost model, choose every task's sender and a global order, and
@@ -75,25 +95,33 @@ def reshard(shape: tuple[int, ...], src_text: str, dst_text: str, topology_name:
     DFS, randomized greedy and their ensemble, AlpaComm)."""
     src_spec, src_mesh = parse_endpoint(src_text)
     dst_spec, dst_mesh = parse_endpoint(dst_text)
-    if topology_name is None:
-        topology, note = default_topology(src_mesh, dst_mesh), " (default: the emulated cluster fitting both meshes)"
-    else:
+    if measure and cluster_name is None:
+        raise click.UsageError("--measure needs --cluster NAME (an emulated cluster made by 'p2 cluster up')")
+    if dtype_bytes not in DTYPE_BYTES and measure:
+        raise click.UsageError(f"--measure runs {'/'.join(map(str, DTYPE_BYTES))}-byte elements; "
+                               f"--dtype-bytes {dtype_bytes} has no torch dtype here")
+    info = load_cluster(cluster_name, settings.cluster_dir) if cluster_name is not None else None
+    if topology_name is not None:
         topology, note = load_topology(topology_name), ""
+    elif info is not None:
+        topology, note = load_topology(str(info.topology_path)), f" (cluster {info.name})"
+    else:
+        topology, note = default_topology(src_mesh, dst_mesh), " (default: the emulated cluster fitting both meshes)"
     request = build_request(shape, src_spec, src_mesh, dst_spec, dst_mesh, topology, element_bytes=dtype_bytes,
                             strategy=strategy)
     algorithms = ALGORITHMS if algo == "all" else (algo,)
     plans = plan_request(request, topology, algorithms, budget_seconds=budget, seed=seed, clock=time.perf_counter)
     chosen = plans[-1]                      # ensemble with --algo all (ALGORITHMS ends with it)
 
-    # --- measurement (--cluster NAME --measure) belongs here: run each plan's program on the
-    # --- emulated cluster and pass {algorithm: seconds} as document(..., measured=...).
-    measured = None
+    measured = _measure(info, plans, repeat, no_shaping, settings) if measure else None
 
     quiet = json_out == "-"
     if not quiet:
         click.echo(header(chosen, note))
         click.echo(unit_task_table(chosen.unit_tasks))
         click.echo(algorithm_table(plans))
+        if measured is not None:
+            click.echo(measured_table(plans, measured))
     if json_out is not None:
         write_json(document(plans, topology_yaml=topology.to_yaml(), seed=seed, budget=budget, measured=measured),
                    json_out)
@@ -105,3 +133,23 @@ def reshard(shape: tuple[int, ...], src_text: str, dst_text: str, topology_name:
         gantt(plans, gantt_out)
         if not quiet:
             click.echo(f"gantt chart -> {gantt_out}", err=True)
+
+
+#: The element sizes ``enforcer.measure_reshard`` has a dtype for.
+DTYPE_BYTES = (1, 2, 4, 8)
+
+
+def _measure(info, plans, repeat: int, no_shaping: bool, settings: Settings) -> dict[str, float]:
+    """Each plan's program on every rank of the cluster (checked bit for bit,
+    then timed): algorithm → median seconds of the slowest rank."""
+    needed = max(plans[0].program.ranks) + 1
+    if needed > info.world_size:
+        raise InvalidInputError(f"the meshes need {needed} ranks but cluster {info.name!r} has {info.world_size}; "
+                                "make a larger one with 'p2 cluster up' or give smaller meshes")
+    spec = {"warmup": 1, "repeat": repeat, "backend": "p2enforcer",
+            "runs": [{"id": plan.algorithm, "program": str(plan.program)} for plan in plans]}
+    click.echo(f"p2 reshard: measuring {len(plans)} plan(s) on cluster {info.name} ({info.world_size} ranks)",
+               err=True)
+    results = run_measurement(info, "enforcer.measure_reshard", spec, no_shaping=no_shaping,
+                              master_port=settings.master_port)
+    return {run_id: result.median for run_id, result in results.items()}

@@ -66,6 +66,18 @@ def algorithm_table(plans: Sequence[ReshardPlan]) -> str:
     return "\n".join(lines)
 
 
+def measured_table(plans: Sequence[ReshardPlan], measured: Mapping[str, float]) -> str:
+    """Measured (median, slowest rank) against predicted and the lower bound."""
+    bound = plans[0].lower_bound_seconds
+    lines = [f"{'algorithm':<10} {'measured':>11} {'vs bound':>9} {'vs predicted':>13}"]
+    for plan in plans:
+        seconds = measured[plan.algorithm]
+        vs_bound = f"{seconds / bound:.3f}x" if bound else "-"
+        lines.append(f"{plan.algorithm:<10} {human_seconds(seconds):>11} {vs_bound:>9} "
+                     f"{seconds / plan.predicted_seconds if plan.predicted_seconds else 0:>12.3f}x")
+    return "\n".join(lines)
+
+
 def unit_task_dict(task: UnitTask) -> dict:
     return {"index": task.index, "box": str(task.box), "shape": list(task.box.shape), "bytes": task.nbytes,
             "source_hosts": list(task.source_hosts), "sources": [list(g) for g in task.source_groups],
