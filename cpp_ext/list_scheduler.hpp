@@ -2,16 +2,18 @@
 // the C++ twin of optimizer_service/syndicate/scheduler.py's Graph.run, bit for bit.
 //
 // Same event-driven reading as the Python module docstring: a task is released
-// when its predecessors have ended; the compute stream (resource 0) takes
-// released compute tasks FIFO by (release, index); a channel (resources 1..,
-// in increasing channel value) takes released motifs by its policy key
-// (critical path: minus the bottom level; LIFO and FIFO: minus the program
-// index), then index; under FIFO motifs instead start strictly in
-// (program, index) order. Of all resources the one that can start a task
-// earliest goes first, compute before channels and lower channels first on
-// ties. Every priority ends with the unique task index, so each choice is
-// fully determined, and every float is computed by the same operations as in
-// Python (sums, and comparisons for max/min), so times are bit-identical.
+// when its predecessors have ended; compute tasks have resource 0 and each
+// runs on its compute stream (TaskArrays::stream: 0, 1, ..., every negative
+// channel value is one, -1 first), which takes its released compute tasks
+// FIFO by (release, index); a channel (resources 1.., in increasing channel
+// value) takes released motifs by its policy key (critical path: minus the
+// bottom level; LIFO and FIFO: minus the program index), then index; under
+// FIFO motifs instead start strictly in (program, index) order. Of all
+// resources the one that can start a task earliest goes first, compute
+// before channels, lower streams and lower channels first on ties. Every
+// priority ends with the unique task index, so each choice is fully
+// determined, and every float is computed by the same operations as in Python
+// (sums, and comparisons for max/min), so times are bit-identical.
 //
 // The scheduler reads a graph through a small interface, so the unrolled
 // problem (problem_graph.hpp) and a plain successor-list graph
@@ -23,15 +25,17 @@
 // in-degree, as in Python); their order does not matter.
 //
 // Interference (Python's "Interference"): a motif on a resource with drag
-// s > 0 makes the running compute task progress at 1 / (1 + sum of s) while
-// it runs; the compute task's end is an event taken before any decision at
-// or after its projected end, and only then releases its successors.
+// s > 0 makes every stream's running compute task progress at 1 / (1 + sum
+// of s) while it runs; a compute task's end is an event taken before any
+// decision at or after its projected end (the earliest end first, the lower
+// stream on ties), and only then releases its successors.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -42,7 +46,7 @@
 
 namespace p2 {
 
-constexpr int kCompute = -1;  // the channel value of compute tasks
+constexpr int kCompute = -1;  // the channel value of compute tasks on stream 0 (every negative value is a stream)
 
 enum class Policy : int { CriticalPath = 0, Lifo = 1, Fifo = 2 };
 
@@ -51,17 +55,17 @@ struct InvalidInput : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-// The channels among ``values``, sorted and once each: channel k is resource k + 1.
+// The channels among ``values`` (compute streams left out), sorted and once each: channel k is resource k + 1.
 inline std::vector<int> distinct_channels(std::vector<int> values) {
-    values.erase(std::remove(values.begin(), values.end(), kCompute), values.end());
+    values.erase(std::remove_if(values.begin(), values.end(), [](int c) { return c < 0; }), values.end());
     std::sort(values.begin(), values.end());
     values.erase(std::unique(values.begin(), values.end()), values.end());
     return values;
 }
 
-// The resource of a task on ``channel`` (0: the compute stream), given distinct_channels.
+// The resource of a task on ``channel`` (0: a compute stream), given distinct_channels.
 inline int resource_of(const std::vector<int>& channels, int channel) {
-    if (channel == kCompute) return 0;
+    if (channel < 0) return 0;
     return 1 + static_cast<int>(std::lower_bound(channels.begin(), channels.end(), channel) - channels.begin());
 }
 
@@ -83,13 +87,15 @@ inline std::vector<double> drags_of(const std::vector<int>& channels, const std:
 // One task graph as flat arrays, refilled by its owner before each run.
 struct TaskArrays {
     std::vector<double> seconds;
-    std::vector<int> resource;   // 0: the compute stream, 1..: channels in increasing channel value
+    std::vector<int> resource;   // 0: compute, 1..: channels in increasing channel value
+    std::vector<int> stream;     // a compute task's stream, 0..streams-1 (motifs: any value)
     std::vector<int> program;    // submission order (FIFO and LIFO keys)
     std::vector<int> indegree;   // predecessors, repeats counted
     std::vector<int> fifo;       // motifs by (program, index): the FIFO issue order (needed for FIFO)
     std::vector<int> lifo;       // motifs by (-program, index): the LIFO priority order (needed for LIFO)
     std::vector<double> drag;    // per resource: how much longer compute takes while one of its motifs runs
-    int resources = 1;           // the compute stream plus the channels
+    int resources = 1;           // compute plus the channels
+    int streams = 1;             // compute streams
 
     int size() const { return static_cast<int>(seconds.size()); }
 };
@@ -97,7 +103,7 @@ struct TaskArrays {
 // The list scheduler with its buffers, reused across runs.
 //
 // Its queues differ from Graph.run's heaps but yield the same decisions:
-// * the compute stream's two heaps order tasks alike, by (release, index), so
+// * a compute stream's two heaps order tasks alike, by (release, index), so
 //   one heap serves: the stream can start at max(its time, the first
 //   release) and then takes the first task;
 // * a channel's drain horizons (the times up to which released tasks become
@@ -130,7 +136,7 @@ private:
         double release;
         std::vector<int> tasks;
     };
-    // The compute stream's running task under interference (Python's _Computing).
+    // A compute stream's running task under interference (Python's _Computing).
     struct Computing {
         int task = -1;
         double since = 0.0, work = 0.0;            // its base seconds left at ``since``
@@ -244,9 +250,10 @@ private:
     std::vector<std::uint32_t> bits_, spare_bits_;
     std::vector<int> spare_tasks_;
     std::vector<char> known_;
-    std::vector<Released> compute_;  // a heap
-    std::vector<Channel> channels_;  // channel k is resource k + 1
-    Computing computing_;
+    std::vector<std::vector<Released>> compute_;  // per stream, a heap
+    std::vector<Computing> computing_;           // per stream
+    std::vector<double> compute_free_;           // per stream: when it is free
+    std::vector<Channel> channels_;              // channel k is resource k + 1
 
     void rank_motifs(const TaskArrays& tasks, Policy policy);
     void radix_sort();
@@ -313,6 +320,8 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
     const int n = tasks.size();
     const double* seconds = tasks.seconds.data();
     const int* resource = tasks.resource.data();
+    const int* stream = tasks.stream.data();
+    const int streams = tasks.streams;
     const double* drag = tasks.drag.empty() ? nullptr : tasks.drag.data();
     const bool fifo = policy == Policy::Fifo;
 
@@ -340,9 +349,12 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
     start.assign(n, 0.0);
     end.assign(n, 0.0);
     order.clear();
-    compute_.clear();
-    computing_.reset();
-    double compute_free = 0.0;
+    compute_.resize(streams);
+    for (auto& heap : compute_) heap.clear();
+    computing_.resize(streams);
+    for (Computing& c : computing_) c.reset();
+    compute_free_.assign(streams, 0.0);
+    int running = 0;  // streams with a task
     channels_.resize(tasks.resources - 1);
     for (Channel& channel : channels_) channel.reset(capacity, static_cast<int>(by_rank_.size()));
     Channel* channels = channels_.data();
@@ -354,8 +366,9 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
     auto arrive = [&](int i) {
         const int r = resource[i];
         if (r == 0) {
-            compute_.push_back({release[i], i});
-            std::push_heap(compute_.begin(), compute_.end(), std::greater<Released>());
+            auto& heap = compute_[stream[i]];
+            heap.push_back({release[i], i});
+            std::push_heap(heap.begin(), heap.end(), std::greater<Released>());
         } else if (fifo) {
             known_[i] = 1;
         } else if (release[i] <= channels[r - 1].horizon) {
@@ -376,16 +389,21 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
             if (--waiting[s] == 0) arrive(s);
         });
     };
-    for (int done = 0; done < n || computing_.task >= 0;) {
+    for (int done = 0; done < n || running > 0;) {
         bool found = false;
         double best_time = 0.0;
-        int best_resource = -1;
-        if (!compute_.empty() && computing_.task < 0) {
-            const double now = compute_free < clock ? clock : compute_free;
-            const double first = compute_.front().release;
-            found = true;
-            best_time = first <= now ? now : first;
-            best_resource = 0;
+        int best_resource = -1, best_stream = -1;
+        for (int s = 0; s < streams; ++s) {
+            if (compute_[s].empty() || computing_[s].task >= 0) continue;
+            const double now = compute_free_[s] < clock ? clock : compute_free_[s];
+            const double first = compute_[s].front().release;
+            const double t = first <= now ? now : first;
+            if (!found || t < best_time) {
+                found = true;
+                best_time = t;
+                best_resource = 0;
+                best_stream = s;
+            }
         }
         for (int c = 0; c < scanned; ++c) {
             Channel& channel = channels[c];
@@ -416,14 +434,24 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
                 best_resource = -2;
             }
         }
-        if (computing_.task >= 0) {
-            const double finish = computing_.finish();
+        if (running > 0) {
+            int first = -1;
+            double finish = 0.0;
+            for (int s = 0; s < streams; ++s) {
+                if (computing_[s].task < 0) continue;
+                const double f = computing_[s].finish();
+                if (first < 0 || f < finish) {
+                    first = s;
+                    finish = f;
+                }
+            }
             if (!found || finish <= best_time) {  // it ends first: release what waits for it
-                const int i = computing_.task;
-                computing_.task = -1;
+                const int i = computing_[first].task;
+                computing_[first].task = -1;
+                --running;
                 end[i] = finish;
                 if (finish > makespan) makespan = finish;
-                compute_free = finish;
+                compute_free_[first] = finish;
                 ended(i, finish);
                 continue;
             }
@@ -433,9 +461,10 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
                                "predecessors come after it in submission order");
         int i;
         if (best_resource == 0) {
-            std::pop_heap(compute_.begin(), compute_.end(), std::greater<Released>());
-            i = compute_.back().task;
-            compute_.pop_back();
+            auto& heap = compute_[best_stream];
+            std::pop_heap(heap.begin(), heap.end(), std::greater<Released>());
+            i = heap.back().task;
+            heap.pop_back();
         } else if (best_resource == -2) {
             i = fifo_order[head++];
             last_issue = best_time;
@@ -450,14 +479,16 @@ double ListScheduler::run(const Graph& graph, int capacity, Policy policy) {
         ++done;
         const int r = resource[i];
         if (r == 0) {
-            computing_.begin(i, best_time, seconds[i]);
+            computing_[stream[i]].begin(i, best_time, seconds[i]);
+            ++running;
             continue;
         }
         const double finish = best_time + seconds[i];
         end[i] = finish;
         if (finish > makespan) makespan = finish;
         channels[r - 1].occupy(finish);
-        if (drag != nullptr && drag[r] > 0.0) computing_.interfere(best_time, finish, drag[r]);
+        if (drag != nullptr && drag[r] > 0.0)
+            for (Computing& c : computing_) c.interfere(best_time, finish, drag[r]);
         ended(i, finish);
     }
     return makespan;

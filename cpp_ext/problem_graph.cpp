@@ -69,7 +69,8 @@ ProblemGraph::ProblemGraph(const std::vector<int>& order, const std::vector<bool
                            const std::vector<std::vector<int>>& issue_after,
                            const std::vector<std::vector<TemplateSpec>>& template_sets,
                            const std::vector<int>& slot_set, int iterations,
-                           const std::map<int, double>& slowdown)
+                           const std::map<int, double>& slowdown, const std::vector<int>& streams,
+                           const std::vector<int>& lanes)
     : order_(order), slot_(slot), slot_set_(slot_set), is_comm_(is_comm.begin(), is_comm.end()), seconds_(seconds),
       iterations_(iterations) {
     const int nodes = static_cast<int>(is_comm.size());
@@ -77,6 +78,22 @@ ProblemGraph::ProblemGraph(const std::vector<int>& order, const std::vector<bool
         data_after.size() != is_comm.size() || issue_after.size() != is_comm.size())
         throw InvalidInput("the node lists differ in length");
     if (iterations < 1) throw InvalidInput("a problem needs at least one iteration");
+    if ((!streams.empty() && streams.size() != is_comm.size()) || (!lanes.empty() && lanes.size() != is_comm.size()))
+        throw InvalidInput("the node lists differ in length");
+    // Compute streams in use, ascending (the Python scheduler's order), numbered 0..
+    std::vector<int> used;
+    for (int y = 0; y < nodes; ++y) {
+        const int s = streams.empty() ? 0 : streams[y];
+        if (s < 0) throw InvalidInput("node " + std::to_string(y) + " has compute stream " + std::to_string(s));
+        if (!is_comm[y]) used.push_back(s);
+    }
+    std::sort(used.begin(), used.end());
+    used.erase(std::unique(used.begin(), used.end()), used.end());
+    stream_.assign(nodes, 0);
+    for (int y = 0; y < nodes; ++y)
+        if (!is_comm[y] && !streams.empty())
+            stream_[y] = static_cast<int>(std::lower_bound(used.begin(), used.end(), streams[y]) - used.begin());
+    tasks_.streams = used.empty() ? 1 : static_cast<int>(used.size());
     data_after_ = compress(data_after, nodes, "a data dependency");
     issue_after_ = compress(issue_after, nodes, "a program-order dependency");
     data_successors_ = reverse(data_after_, nodes);
@@ -102,8 +119,26 @@ ProblemGraph::ProblemGraph(const std::vector<int>& order, const std::vector<bool
     for (const auto& set : template_sets)
         for (const auto& spec : set) values.insert(values.end(), std::get<1>(spec).begin(), std::get<1>(spec).end());
     const std::vector<int> channels = distinct_channels(std::move(values));
-    tasks_.resources = static_cast<int>(channels.size()) + 1;
-    tasks_.drag = drags_of(channels, slowdown);
+    // Lanes in use, ascending: lane k's channels are resources 1 + k * channels .. (Python sorts lane_channel values)
+    std::vector<int> used_lanes;
+    for (int y = 0; y < nodes; ++y) {
+        const int l = lanes.empty() ? 0 : lanes[y];
+        if (l < 0) throw InvalidInput("node " + std::to_string(y) + " has lane " + std::to_string(l));
+        if (is_comm[y]) used_lanes.push_back(l);
+    }
+    std::sort(used_lanes.begin(), used_lanes.end());
+    used_lanes.erase(std::unique(used_lanes.begin(), used_lanes.end()), used_lanes.end());
+    const int width = static_cast<int>(channels.size());
+    const int lane_count = used_lanes.empty() ? 1 : static_cast<int>(used_lanes.size());
+    lane_offset_.assign(nodes, 0);
+    for (int y = 0; y < nodes; ++y)
+        if (is_comm[y] && !lanes.empty())
+            lane_offset_[y] = width * static_cast<int>(std::lower_bound(used_lanes.begin(), used_lanes.end(),
+                                                                        lanes[y]) - used_lanes.begin());
+    tasks_.resources = width * lane_count + 1;
+    const std::vector<double> drag = drags_of(channels, slowdown);  // every lane of a channel drags as it does
+    tasks_.drag.assign(1, 0.0);
+    for (int k = 0; k < lane_count; ++k) tasks_.drag.insert(tasks_.drag.end(), drag.begin() + 1, drag.end());
     for (const auto& set : template_sets) {
         sets_.emplace_back();
         for (const auto& spec : set) sets_.back().push_back(compile(spec, channels));
@@ -139,6 +174,7 @@ void ProblemGraph::lay_out(const std::vector<int>& choice, bool framework_order,
     }
     tasks_.seconds.resize(size);
     tasks_.resource.resize(size);
+    tasks_.stream.resize(size);
     tasks_.program.resize(size);
     tasks_.indegree.resize(size);
     for (int node : order_) {
@@ -152,6 +188,7 @@ void ProblemGraph::lay_out(const std::vector<int>& choice, bool framework_order,
             tails_[node] = 1;
             tasks_.seconds[at] = seconds_[node];
             tasks_.resource[at] = 0;
+            tasks_.stream[at] = stream_[node];
             tasks_.program[at] = node;
             tasks_.indegree[at] = before;
             continue;
@@ -159,7 +196,8 @@ void ProblemGraph::lay_out(const std::vector<int>& choice, bool framework_order,
         tails_[node] = t->exits;
         const int count = static_cast<int>(t->seconds.size());
         std::copy(t->seconds.begin(), t->seconds.end(), tasks_.seconds.begin() + at);
-        std::copy(t->resource.begin(), t->resource.end(), tasks_.resource.begin() + at);
+        const int lane = lane_offset_[node];
+        for (int j = 0; j < count; ++j) tasks_.resource[at + j] = t->resource[j] + lane;
         std::fill_n(tasks_.program.begin() + at, count, node);
         for (int j = 0; j < count; ++j) tasks_.indegree[at + j] = t->inner[j] ? t->inner[j] : before;
     }

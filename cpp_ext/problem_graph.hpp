@@ -3,8 +3,8 @@
 // Problem.cost_of.
 //
 // Built once per Problem from plain lists: the unrolled DAG's nodes in a
-// topological order, each node's compute seconds or comm slot, its data and
-// program-order predecessors, and every slot's options lowered to templates
+// topological order, each node's compute seconds and stream or comm slot and
+// lane, its data and program-order predecessors, and every slot's options lowered to templates
 // (tasks with local indices). Slots that share an option list (Problem
 // dedups them by op) share one template set here too. cost(choice, ...)
 // then lays out the task graph exactly as Problem.graph does — same task
@@ -12,7 +12,9 @@
 // order), same program values (the unrolled node index), same predecessors
 // (a template task waits for its predecessors inside the op, or, with none,
 // for the exits of the node's data predecessors, plus its program-order
-// predecessors with framework_order) — and runs the list scheduler on it.
+// predecessors with framework_order; a motif of lane l on channel c on the
+// resource of Python's lane_channel(c, l): the lanes in increasing order, each
+// with every channel) — and runs the list scheduler on it.
 // Successors are not stored per task: they follow from the templates and the
 // node-level successor lists.
 #pragma once
@@ -58,7 +60,8 @@ public:
                  const std::vector<int>& slot, const std::vector<std::vector<int>>& data_after,
                  const std::vector<std::vector<int>>& issue_after,
                  const std::vector<std::vector<TemplateSpec>>& template_sets, const std::vector<int>& slot_set,
-                 int iterations, const std::map<int, double>& slowdown = {});
+                 int iterations, const std::map<int, double>& slowdown = {},
+                 const std::vector<int>& streams = {}, const std::vector<int>& lanes = {});
 
     // The iteration time of ``choice`` (one option index per slot): makespan / iterations.
     double cost(const std::vector<int>& choice, Policy policy, bool framework_order, int capacity);
@@ -99,6 +102,8 @@ private:
 
     // the problem
     std::vector<int> order_, slot_, slot_set_;
+    std::vector<int> stream_;  // per node: its compute stream's position among the streams used (Graph.streams)
+    std::vector<int> lane_offset_;  // per comm node: added to its motifs' resources (its lane's position x channels)
     std::vector<char> is_comm_;
     std::vector<double> seconds_;
     Lists data_after_, issue_after_, data_successors_, issue_successors_;

@@ -30,10 +30,12 @@ PYBIND11_MODULE(_schedule_cpp, m) {
         .def(py::init<const std::vector<int>&, const std::vector<bool>&, const std::vector<double>&,
                       const std::vector<int>&, const std::vector<std::vector<int>>&,
                       const std::vector<std::vector<int>>&, const std::vector<std::vector<p2::TemplateSpec>>&,
-                      const std::vector<int>&, int, const std::map<int, double>&>(),
+                      const std::vector<int>&, int, const std::map<int, double>&, const std::vector<int>&,
+                      const std::vector<int>&>(),
              py::arg("order"), py::arg("is_comm"), py::arg("seconds"), py::arg("slot"), py::arg("data_after"),
              py::arg("issue_after"), py::arg("template_sets"), py::arg("slot_set"), py::arg("iterations"),
-             py::arg("slowdown") = std::map<int, double>{})
+             py::arg("slowdown") = std::map<int, double>{}, py::arg("streams") = std::vector<int>{},
+             py::arg("lanes") = std::vector<int>{})
         .def(
             "cost",
             [](p2::ProblemGraph& self, const std::vector<int>& choice, int policy, bool framework_order,

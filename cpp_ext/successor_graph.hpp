@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,6 +24,12 @@ public:
             topological.size() != channel.size() || seconds.size() != channel.size())
             throw InvalidInput("channel, successors, program, topological order and seconds differ in length");
         const std::vector<int> channels = distinct_channels(channel);
+        std::vector<int> streams;  // the compute channels, -1 first: stream k
+        for (int c : channel)
+            if (c < 0) streams.push_back(c);
+        std::sort(streams.begin(), streams.end(), std::greater<int>());
+        streams.erase(std::unique(streams.begin(), streams.end()), streams.end());
+        tasks_.streams = streams.empty() ? 1 : static_cast<int>(streams.size());
         tasks_.resources = static_cast<int>(channels.size()) + 1;
         tasks_.drag = drags_of(channels, slowdown);
         tasks_.seconds = seconds;
@@ -32,6 +39,9 @@ public:
         for (int i = 0; i < n; ++i) {
             const int c = channel[i];
             tasks_.resource.push_back(resource_of(channels, c));
+            tasks_.stream.push_back(c < 0 ? static_cast<int>(std::find(streams.begin(), streams.end(), c) -
+                                                              streams.begin())
+                                          : 0);
             for (int s : successors[i]) {
                 if (s < 0 || s >= n) throw InvalidInput("task " + std::to_string(i) + " has no successor " +
                                                         std::to_string(s));
@@ -39,7 +49,7 @@ public:
                 successor_.push_back(s);
             }
             start_[i + 1] = static_cast<int>(successor_.size());
-            if (c != kCompute) tasks_.fifo.push_back(i);
+            if (c >= 0) tasks_.fifo.push_back(i);
         }
         tasks_.lifo = tasks_.fifo;
         std::stable_sort(tasks_.fifo.begin(), tasks_.fifo.end(),

@@ -1,4 +1,6 @@
-"""``p2 optimize``: Syndicate's joint optimizer against the baselines of §6.4."""
+"""``p2 optimize``: Syndicate's joint optimizer against the baselines of §6.4,
+on a built-in workload (Syndicate's, or a pipeline's with cross-mesh
+resharding, :mod:`optimizer_service.cli.pipeline_workload`) or a recorded trace."""
 
 from __future__ import annotations
 
@@ -9,12 +11,30 @@ import click
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.optimize_render import document, gantt, legend, table
 from optimizer_service.cli.params import read_trace, replace_file, write_json
+from optimizer_service.cli.pipeline_workload import (
+    DEFAULT_MICROBATCHES,
+    DEFAULT_SCHEDULE,
+    DEFAULT_TOPOLOGY_NAME,
+    PIPELINE_WORKLOADS,
+    build_pipeline_workload,
+    default_topology,
+    is_pipeline_workload,
+)
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.hardware.topology import Topology
+from optimizer_service.resharding.pipeline_schedules import SCHEDULE_NAMES
 from optimizer_service.settings import Settings
 from optimizer_service.syndicate.facade import plan_job
 from optimizer_service.syndicate.workloads import build, workload_names
 
 DEFAULT_TOPOLOGY = "hgx2-4n"
+#: The most micro-batches a pipeline workload takes (its DAG grows with them).
+MAX_MICROBATCHES = 64
+
+
+def pipeline_topology(topology_name: str | None) -> Topology:
+    """The pipeline workloads' topology: ``--topology`` if given, else the emulated cluster."""
+    return load_topology(topology_name) if topology_name is not None else default_topology()
 
 
 @click.command()
@@ -22,8 +42,13 @@ DEFAULT_TOPOLOGY = "hgx2-4n"
 @click.option("--trace", "traces", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
               metavar="FILE", help="An enforcer trace (P2_TRACE_FILE); repeat for several ranks.")
 @click.option("--iteration", type=int, help="Which traced iteration to plan (default: the last complete one).")
-@click.option("--topology", "topology_name", default=DEFAULT_TOPOLOGY, show_default=True,
-              help="Preset name or YAML file; its channels are the paths a motif can take.")
+@click.option("--topology", "topology_name", metavar="NAME|FILE",
+              help=f"Preset name or YAML file; its channels are the paths a motif can take. Default: "
+                   f"{DEFAULT_TOPOLOGY}; for the pipeline workloads the emulated {DEFAULT_TOPOLOGY_NAME} cluster.")
+@click.option("--pipeline-schedule", type=click.Choice(SCHEDULE_NAMES), metavar="NAME",
+              help=f"Pipeline workloads: the schedule ({', '.join(SCHEDULE_NAMES)}; default {DEFAULT_SCHEDULE}).")
+@click.option("--microbatches", type=click.IntRange(1, MAX_MICROBATCHES),
+              help=f"Pipeline workloads: micro-batches per iteration (default {DEFAULT_MICROBATCHES}).")
 @click.option("--budget", type=click.FloatRange(min=0.01), default=10.0, show_default=True,
               help="Seconds of MCMC search for each searching system (S-Exec, Syndicate).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the search (same seed, same plan).")
@@ -35,19 +60,32 @@ DEFAULT_TOPOLOGY = "hgx2-4n"
 @click.option("--list", "list_only", is_flag=True, help="Describe the built-in workloads and exit.")
 @click.pass_obj
 def optimize(settings: Settings, workload: str | None, traces: tuple[Path, ...], iteration: int | None,
-             topology_name: str, budget: float, seed: int, json_out: str | None, plan_out: Path | None,
-             gantt_out: Path | None, list_only: bool) -> None:
+             topology_name: str | None, pipeline_schedule: str | None, microbatches: int | None, budget: float,
+             seed: int, json_out: str | None, plan_out: Path | None, gantt_out: Path | None,
+             list_only: bool) -> None:
     """Jointly choose every comm-op's execution plan and the order of all motifs
     (Syndicate, NSDI'23), and compare with FIFO, BS+, HO, S-Exec and S-Sched.
 
     Each row gives the iteration time (two unrolled iterations' makespan over
     two: what the search minimises), the compute idle share, and the steady
     state (per iteration once a job runs, as the paper measures), with
-    speedups over BS+."""
-    topology = load_topology(topology_name)
+    speedups over BS+. The pipeline workloads (pipeline-gpt,
+    pipeline-u-transformer) give each stage a compute stream of its own and
+    plan every boundary's resharding with the resharding planner."""
+    pipeline = is_pipeline_workload(workload)
+    if not pipeline and (pipeline_schedule is not None or microbatches is not None):
+        flag = "--pipeline-schedule" if pipeline_schedule is not None else "--microbatches"
+        raise InvalidInputError(f"{flag} applies to the pipeline workloads ({', '.join(PIPELINE_WORKLOADS)}) only")
+    topology = pipeline_topology(topology_name) if pipeline else load_topology(topology_name or DEFAULT_TOPOLOGY)
     if list_only:
         for name in workload_names():
-            click.echo(f"{name:<18} {build(name, topology).description}")
+            click.echo(f"{name:<22} {build(name, topology).description}")
+        for name in PIPELINE_WORKLOADS:
+            try:
+                described = build_pipeline_workload(name, pipeline_topology(topology_name)).dag.description
+            except InvalidInputError as error:       # a --topology too small for it: say why, list the rest
+                described = f"(not on this topology: {error})"
+            click.echo(f"{name:<22} {described}")
         return
     if (workload is None) == (not traces):
         raise InvalidInputError("give one of --workload NAME or --trace FILE (p2 optimize --list shows the workloads)")
@@ -57,7 +95,10 @@ def optimize(settings: Settings, workload: str | None, traces: tuple[Path, ...],
         if not quiet:
             click.echo(text, err=True)
 
-    if workload is not None:
+    if pipeline:
+        source = build_pipeline_workload(workload, topology, pipeline_schedule or DEFAULT_SCHEDULE,
+                                         microbatches or DEFAULT_MICROBATCHES).dag
+    elif workload is not None:
         source = build(workload, topology)
     else:
         source = [read_trace(path) for path in traces]

@@ -9,7 +9,7 @@ from pathlib import Path
 from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.baselines import SystemResult
 from optimizer_service.syndicate.problem import Problem
-from optimizer_service.syndicate.scheduler import COMPUTE
+from optimizer_service.syndicate.scheduler import COMPUTE, channel_and_lane, stream_of
 
 
 def baseline(results: list[SystemResult]) -> SystemResult:
@@ -76,13 +76,17 @@ def plan_to_dict(plan: Plan) -> dict:
 
 
 def gantt(problem: Problem, results: list[SystemResult], path: Path) -> None:
-    """One panel per system: the compute stream and every channel over time."""
+    """One panel per system: every compute stream and every channel (each lane of it) over time."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    channels = sorted({c for r in results for c in r.evaluation.channel if c != COMPUTE})
-    rows = ["compute"] + [f"ch{c}" for c in channels]
+    used = {c for r in results for c in r.evaluation.channel}
+    streams = sorted((c for c in used if c < 0), reverse=True) or [COMPUTE]    # stream 0 first
+    channels = sorted(c for c in used if c >= 0)
+    resources = streams + channels
+    rows = (["compute"] if len(streams) == 1 else [f"compute {stream_of(c)}" for c in streams]) + [
+        f"ch{channel}" + (f" lane {lane}" if lane else "") for channel, lane in map(channel_and_lane, channels)]
     names = sorted(node.name for node in problem.dag.nodes)
     palette = plt.get_cmap("tab20")
     colour = {name: palette(k % 20) for k, name in enumerate(names)}
@@ -95,7 +99,7 @@ def gantt(problem: Problem, results: list[SystemResult], path: Path) -> None:
         for task, node in enumerate(e.task_node):
             if e.end[task] <= e.start[task]:
                 continue
-            row = 0 if e.channel[task] == COMPUTE else 1 + channels.index(e.channel[task])
+            row = resources.index(e.channel[task])
             name = problem.dag.nodes[node % per_iteration].name
             iteration = node // per_iteration
             ax.barh(row, (e.end[task] - e.start[task]) * 1e3, left=e.start[task] * 1e3, height=0.8,

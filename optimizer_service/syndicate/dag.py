@@ -1,6 +1,6 @@
 """The training DAG the joint optimizer schedules (Syndicate §4.3).
 
-Nodes are compute tasks (seconds on the compute stream) and comm-ops (a
+Nodes are compute tasks (seconds on a compute stream) and comm-ops (a
 collective over ranks with a payload, turned into motifs by the execution plan
 chosen for it). Edges say what must finish before what. One iteration is
 described once; :meth:`TrainingDAG.unroll` repeats it ``iterations`` times
@@ -19,6 +19,17 @@ HO) keep them; Syndicate's scheduler drops them, which is how it moves an op
 across the iteration boundary (§6.5 "Data Prefetch"; the enforcer holds the
 op's motifs until the application submits it).
 
+A compute node runs on compute stream ``stream``: 0, the one stream of
+Syndicate's data-parallel rank, unless the job computes on several device
+groups at once — a pipeline's stages
+(:mod:`optimizer_service.syndicate.pipeline_dag`) — each then with a stream
+of its own, which runs beside the others
+(:func:`~optimizer_service.syndicate.scheduler.stream_channel`). A comm-op
+likewise may name a lane: its motifs then share their channel only with the
+motifs of its lane (:func:`~optimizer_service.syndicate.scheduler.lane_channel`;
+lane 0, every comm-op of a rank sharing its communicators, unless they travel
+disjoint paths, as a pipeline's directed edges do).
+
 Node order is program order: the order in which one iteration submits its
 nodes (Figure 13's numbering), which FIFO and LIFO follow.
 
@@ -36,7 +47,7 @@ from dataclasses import dataclass, field
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Composition, Motif, Par, Seq, comm_op
-from optimizer_service.syndicate.scheduler import COMPUTE, Task
+from optimizer_service.syndicate.scheduler import LANE_STRIDE, Task, lane_channel, stream_channel
 from optimizer_service.syndicate.toposort import topological_order
 
 
@@ -52,6 +63,8 @@ class Node:
     element_bytes: int = 4                     # the traced op's dtype size: only 4-byte ops can carry a plan
     passthrough: str = ""                      # why the enforcer cannot run a plan for it ("" if it can)
     root: int = 0                              # a traced broadcast's source: its position in the traced group
+    stream: int = 0                            # a compute node's compute stream (comm-ops: 0)
+    lane: int = 0                              # a comm-op's lane of its motifs' channels (compute: 0)
 
     @property
     def is_comm(self) -> bool:
@@ -78,6 +91,19 @@ class TrainingDAG:
                     raise InvalidInputError(f"DAG {self.name!r}: node {node.name!r} waits for unknown node {before!r}")
             if node.seconds < 0:
                 raise InvalidInputError(f"DAG {self.name!r}: node {node.name!r} has negative time {node.seconds}")
+            for what, value in (("compute stream", node.stream), ("lane", node.lane)):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise InvalidInputError(f"DAG {self.name!r}: node {node.name!r} has {what} {value!r}; "
+                                            "it must be a whole number >= 0")
+            if node.lane >= LANE_STRIDE:
+                raise InvalidInputError(f"DAG {self.name!r}: comm-op {node.name!r} has lane {node.lane}; "
+                                        f"lanes are below {LANE_STRIDE}")
+            if node.stream and node.is_comm:
+                raise InvalidInputError(f"DAG {self.name!r}: comm-op {node.name!r} names compute stream "
+                                        f"{node.stream}; only compute nodes run on a stream (give 0)")
+            if node.lane and not node.is_comm:
+                raise InvalidInputError(f"DAG {self.name!r}: compute node {node.name!r} names lane {node.lane}; "
+                                        "only comm-ops have lanes (give 0)")
         self.order.extend(_topological(self))
 
     @property
@@ -96,20 +122,22 @@ class TrainingDAG:
                 if k > 0:
                     after += tuple(f"{b}@{k - 1}" for b in node.after_previous)
                     issued += tuple(f"{b}@{k - 1}" for b in node.issued_after_previous)
-                nodes.append(Node(f"{node.name}@{k}", node.seconds, node.comm, after, (), issued))
+                nodes.append(Node(f"{node.name}@{k}", node.seconds, node.comm, after, (), issued,
+                                  stream=node.stream, lane=node.lane))
         return TrainingDAG(f"{self.name} x{iterations}", tuple(nodes), self.description)
 
 
 def compute(name: str, seconds: float, *after: str, previous: Sequence[str] = (),
-            issued_after: Sequence[str] = (), issued_after_previous: Sequence[str] = ()) -> Node:
-    return Node(name, seconds, None, tuple(after), tuple(previous), tuple(issued_after), tuple(issued_after_previous))
+            issued_after: Sequence[str] = (), issued_after_previous: Sequence[str] = (), stream: int = 0) -> Node:
+    return Node(name, seconds, None, tuple(after), tuple(previous), tuple(issued_after), tuple(issued_after_previous),
+                stream=stream)
 
 
 def comm(name: str, kind: Collective, ranks: Sequence[int], elements: int, *after: str,
          previous: Sequence[str] = (), issued_after: Sequence[str] = (),
-         issued_after_previous: Sequence[str] = ()) -> Node:
+         issued_after_previous: Sequence[str] = (), lane: int = 0) -> Node:
     return Node(name, 0.0, comm_op(kind, ranks, elements), tuple(after), tuple(previous), tuple(issued_after),
-                tuple(issued_after_previous))
+                tuple(issued_after_previous), lane=lane)
 
 
 def to_tasks(dag: TrainingDAG, plans: Mapping[str, Composition], seconds: Callable[[Motif], float]
@@ -122,14 +150,14 @@ def to_tasks(dag: TrainingDAG, plans: Mapping[str, Composition], seconds: Callab
     for node in (dag.nodes[i] for i in dag.order):
         before = tuple(t for b in node.after for t in tails[b])
         if not node.is_comm:
-            tasks.append(Task(node.name, node.seconds, COMPUTE, before))
+            tasks.append(Task(node.name, node.seconds, stream_channel(node.stream), before))
             tails[node.name] = owned[node.name] = [len(tasks) - 1]
             continue
         start = len(tasks)
 
-        def add(group: tuple[Motif, ...], after: tuple[int, ...], name: str = node.name) -> int:
+        def add(group: tuple[Motif, ...], after: tuple[int, ...], name: str = node.name, lane: int = node.lane) -> int:
             motif, = group
-            tasks.append(Task(f"{name}:{motif}", seconds(motif), motif.channel, after))
+            tasks.append(Task(f"{name}:{motif}", seconds(motif), lane_channel(motif.channel, lane), after))
             return len(tasks) - 1
 
         ends = lower_composition(plans.get(node.name, node.comm), before, add)

@@ -51,7 +51,10 @@ class CompiledProblem:
 
     ``order`` is a topological order of the unrolled nodes; per node:
     ``is_comm``, ``seconds`` (compute), ``slot`` (the comm-op whose option it
-    takes, -1 for compute), ``data_after`` and ``issue_after`` (node indices);
+    takes, -1 for compute), ``data_after`` and ``issue_after`` (node indices),
+    ``streams``, a compute node's compute stream, and ``lanes``, a comm-op's
+    lane (empty: all 0; lane ``l`` of channel ``c`` is the channel
+    ``scheduler.lane_channel(c, l)``, slowing compute as ``c`` does);
     ``template_sets`` are the distinct option lists (each option a
     :data:`TemplateRow`), ``slot_set`` the list each slot chooses from.
     """
@@ -59,9 +62,10 @@ class CompiledProblem:
     def __init__(self, order: Sequence[int], is_comm: Sequence[bool], seconds: Sequence[float],
                  slot: Sequence[int], data_after: Sequence[Sequence[int]], issue_after: Sequence[Sequence[int]],
                  template_sets: Sequence[Sequence[TemplateRow]], slot_set: Sequence[int], iterations: int,
-                 slowdown: Mapping[int, float]) -> None:
+                 slowdown: Mapping[int, float], streams: Sequence[int] = (), lanes: Sequence[int] = ()) -> None:
         self._graph = native.ProblemGraph(list(order), list(is_comm), list(seconds), list(slot), data_after,
-                                          issue_after, template_sets, list(slot_set), iterations, dict(slowdown))
+                                          issue_after, template_sets, list(slot_set), iterations, dict(slowdown),
+                                          list(streams), list(lanes))
 
     def cost(self, choice: Sequence[int], policy: Policy, framework_order: bool) -> float:
         """Exactly ``Problem.cost_of`` (iteration time of ``choice``)."""

@@ -16,40 +16,51 @@ them from ``(ranks with the root first, elements)``).
 Nodes, in program order (the schedule's dry-run order, each action followed
 by the sends it makes):
 
-* compute ``"2F0"`` (the action's text), its seconds; ``F(s, m)`` after the
-  forward comm-ops into ``s`` of micro-batch ``m`` (or, for a boundary with no
-  motifs, after the producing ``F``); ``B``/``I(s, m)`` after ``F(s, m)`` and
-  the backward comm-ops into ``s``; ``W(s, m)`` after ``I(s, m)``;
+* compute ``"2F0"`` (the action's text), its seconds, on compute stream
+  ``s`` (:mod:`optimizer_service.syndicate.dag`: each stage computes on its
+  own mesh, beside the others); ``F(s, m)`` after the forward comm-ops into
+  ``s`` of micro-batch ``m`` (or, for a boundary with no motifs, after the
+  producing ``F``); ``B``/``I(s, m)`` after ``F(s, m)`` and the backward
+  comm-ops into ``s``; ``W(s, m)`` after ``I(s, m)``;
 * comm-ops ``"0>1:F3#k"`` (the ``k``-th motif of the activation of
   micro-batch 3 from stage 0 to stage 1) after ``F(0, 3)``, and
-  ``"1>0:B3#k"`` (its gradient back) after ``B``/``I(1, 3)``;
-* the stage's order is program order: every action is ``issued_after`` the
-  one before it on its stage (FIFO, BS+ and HO keep it; Syndicate may drop
-  it, :mod:`optimizer_service.syndicate.dag`);
+  ``"1>0:B3#k"`` (its gradient back) after ``B``/``I(1, 3)``; each directed
+  edge's comm-ops on a lane of their own (lanes ``0, 1, ...`` in the order of
+  the edges ``(from, to)``), as the pipeline simulator gives each directed
+  edge a channel of its own: transfers between other meshes do not queue
+  behind them (:mod:`optimizer_service.syndicate.dag`);
+* the stage's order is the schedule's: every action also waits for the one
+  before it on its stage (``after``, so every system keeps it). A pipeline
+  runtime runs a stage's actions in its schedule's order, and that order is
+  what bounds the stage's activation memory (eager-1F1B's warm-up, §4);
+  Syndicate orders the motifs, not the compute, so it may not drop it as it
+  drops a training loop's ``issued_after`` (our reading);
 * across iterations, a stage's first action waits for every weight gradient
   (``B`` or ``W``) of the stage in the previous iteration: the optimizer step.
 
-Syndicate's scheduler models **one** compute stream (it plans one rank's view
-of a data-parallel job), so under ``p2 optimize`` the compute of all stages
-shares it and the iteration time is an upper bound on the pipeline's; the
-motifs' plans and their order relative to compute are what it contributes.
-:func:`stage_stream_tasks` lowers the same DAG with one compute stream per
-stage (each a scheduler resource of its own), which is what a pipeline runs:
-its makespan is the pipeline's iteration time under the critical-path
-scheduler.
+With a compute stream per stage and a lane per directed edge, Syndicate's
+critical-path scheduler runs the stages and the edges side by side, as the
+pipeline does: with every resharding priced as
+:func:`~optimizer_service.resharding.pipeline_sim.simulate` prices its edge,
+``p2 optimize`` (:func:`~optimizer_service.syndicate.facade.plan_job`) times
+every action as the simulator does under the critical-path systems (HO,
+S-Sched, Syndicate, where the chosen plans keep one motif per transfer). The
+others may take longer: under FIFO (and S-Exec) one thread issues every
+motif of the job in program order (:mod:`optimizer_service.syndicate.scheduler`),
+so a stage's send can wait for another stage's to start; BS+'s LIFO may send
+an edge's queued transfers newest first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.collective import Collective
-from optimizer_service.plan.motif import Composition, Motif, comm_op
+from optimizer_service.plan.motif import Motif, comm_op
 from optimizer_service.plan.pipeline import Action, ActionKind, PipelineSchedule
-from optimizer_service.syndicate.dag import Node, TrainingDAG, to_tasks
-from optimizer_service.syndicate.scheduler import Task
+from optimizer_service.syndicate.dag import Node, TrainingDAG
 
 F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
 
@@ -126,6 +137,7 @@ def pipeline_dag(schedule: PipelineSchedule, seconds: Callable[[Action], float],
     nodes: list[Node] = []
     previous_on_stage: dict[int, str] = {}
     weights = {s: tuple(str(a) for a in schedule.stages[s] if a.kind in (B, W)) for s in range(count)}
+    lanes = {edge: k for k, edge in enumerate(sorted({e for a, b in by_pair for e in ((a, b), (b, a))}))}
     for action in _program_order(schedule):
         stage, kind, m = action
         after: list[str] = []
@@ -141,18 +153,20 @@ def pipeline_dag(schedule: PipelineSchedule, seconds: Callable[[Action], float],
                     after += _inputs(boundary.backward, f"{b}>{a}:B{m}", str(producer))
         else:
             after.append(str(Action(stage, I, m)))
-        issued = (previous_on_stage[stage],) if stage in previous_on_stage else ()
+        if stage in previous_on_stage:
+            after.insert(0, previous_on_stage[stage])
         previous = weights[stage] if stage not in previous_on_stage else ()
-        nodes.append(Node(str(action), seconds(action), None, tuple(after), previous, issued))
+        nodes.append(Node(str(action), seconds(action), None, tuple(dict.fromkeys(after)), previous,
+                          stream=stage))
         previous_on_stage[stage] = str(action)
         if kind is F:
             for (a, b), boundary in sorted(by_pair.items()):
                 if a == stage:
-                    nodes += _sends(boundary.forward, f"{a}>{b}:F{m}", str(action))
+                    nodes += _sends(boundary.forward, f"{a}>{b}:F{m}", str(action), lanes[(a, b)])
         elif kind in (B, I):
             for (a, b), boundary in sorted(by_pair.items()):
                 if b == stage:
-                    nodes += _sends(boundary.backward, f"{b}>{a}:B{m}", str(action))
+                    nodes += _sends(boundary.backward, f"{b}>{a}:B{m}", str(action), lanes[(b, a)])
     motifs = sum(len(b.forward) + len(b.backward) for b in by_pair.values())
     description = (f"{name or schedule.name}: pipeline schedule {schedule.name}, {count} stages x "
                    f"{schedule.microbatches} micro-batches, {motifs} resharding motifs per micro-batch")
@@ -163,8 +177,8 @@ def _inputs(motifs: tuple[Motif, ...], prefix: str, producer: str) -> list[str]:
     return [f"{prefix}#{k}" for k in range(len(motifs))] if motifs else [producer]
 
 
-def _sends(motifs: tuple[Motif, ...], prefix: str, producer: str) -> list[Node]:
-    return [Node(f"{prefix}#{k}", 0.0, motif, (producer,)) for k, motif in enumerate(motifs)]
+def _sends(motifs: tuple[Motif, ...], prefix: str, producer: str, lane: int) -> list[Node]:
+    return [Node(f"{prefix}#{k}", 0.0, motif, (producer,), lane=lane) for k, motif in enumerate(motifs)]
 
 
 def stage_of(node_name: str) -> int | None:
@@ -173,26 +187,3 @@ def stage_of(node_name: str) -> int | None:
         return Action.parse(node_name.split("@")[0]).stage
     except InvalidInputError:
         return None
-
-
-def stage_stream(stage: int) -> int:
-    """The scheduler resource that runs ``stage``'s compute in :func:`stage_stream_tasks`
-    (negative, so it never meets a topology's channel)."""
-    return -2 - stage
-
-
-def stage_stream_tasks(dag: TrainingDAG, seconds: Callable[[Motif], float],
-                       plans: Mapping[str, Composition] | None = None) -> tuple[list[Task], dict[str, list[int]]]:
-    """:func:`~optimizer_service.syndicate.dag.to_tasks` of a pipeline DAG with
-    each stage's compute on a stream of its own (:func:`stage_stream`) and the
-    stage's program order kept as dependencies (module docstring)."""
-    tasks, owned = to_tasks(dag, plans or {}, seconds)
-    for node in dag.nodes:
-        stage = stage_of(node.name)
-        if node.is_comm or stage is None:
-            continue
-        index, = owned[node.name]
-        extra = tuple(t for before in node.issued_after for t in owned[before])
-        task = tasks[index]
-        tasks[index] = replace(task, channel=stage_stream(stage), after=tuple(dict.fromkeys(task.after + extra)))
-    return tasks, owned

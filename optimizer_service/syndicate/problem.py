@@ -17,7 +17,11 @@ unrolled across ``iterations`` (each iteration uses the same option for the
 same op: one plan is installed for every iteration) and runs the scheduler.
 ``framework_order`` keeps the training loop's program-order edges
 (``issued_after``); Syndicate's own scheduler drops them (cross-iteration
-moves, :mod:`optimizer_service.syndicate.dag`).
+moves, :mod:`optimizer_service.syndicate.dag`). A compute node runs on its
+compute stream and a comm-op's motifs on its lane of their channels
+(:func:`~optimizer_service.syndicate.scheduler.stream_channel`,
+:func:`~optimizer_service.syndicate.scheduler.lane_channel`); a lane of a
+channel slows compute as the channel does.
 
 :meth:`Problem.cost_of` — the search's inner loop — runs in C++ when the
 extension ``optimizer_service.syndicate._schedule_cpp`` is built
@@ -53,7 +57,7 @@ from optimizer_service.syndicate import native_scheduler
 from optimizer_service.syndicate.dag import TrainingDAG, lower_composition
 from optimizer_service.syndicate.motif_cost import MotifCostModel
 from optimizer_service.syndicate.options import Option, options_for, p2_programs
-from optimizer_service.syndicate.scheduler import COMPUTE, Graph, Policy
+from optimizer_service.syndicate.scheduler import LANE_STRIDE, Graph, Policy, lane_channel, stream_channel
 
 #: Iterations unrolled, and how many of them are warm-up, for the steady state.
 STEADY_UNROLL = 6
@@ -135,6 +139,12 @@ class Problem:
         self.slowdown = cost.topology.compute_slowdowns()
         if not self.comm_nodes:
             raise InvalidInputError(f"workload {dag.name!r} has no comm-ops to plan")
+        lanes = sorted({dag.nodes[i].lane for i in self.comm_nodes})
+        if lanes != [0] and max(cost.topology.channels) >= LANE_STRIDE:
+            raise InvalidInputError(f"workload {dag.name!r} names lanes, which need the topology's channels below "
+                                    f"{LANE_STRIDE}; topology {cost.topology.name!r} has {max(cost.topology.channels)}")
+        #: the same per scheduler channel: every lane of a channel slows compute as the channel does
+        self.lane_slowdown = {lane_channel(c, lane): s for c, s in self.slowdown.items() for lane in lanes}
         self._unroll(iterations)
         self._unrolled_over: dict[int, Problem] = {iterations: self}
 
@@ -145,6 +155,8 @@ class Problem:
         self._base = [k % per_iteration for k in range(len(self.unrolled.nodes))]
         self._data_after = [[self.unrolled.index[b] for b in node.after] for node in self.unrolled.nodes]
         self._issue_after = [[self.unrolled.index[b] for b in node.issued_after] for node in self.unrolled.nodes]
+        self._stream = [stream_channel(node.stream) for node in self.unrolled.nodes]   # a compute node's channel
+        self._lane = [lane_channel(0, node.lane) for node in self.unrolled.nodes]       # a comm-op's channel offset
         self.compiled = self._compile() if self.native else None
 
     def _compile(self) -> native_scheduler.CompiledProblem:
@@ -161,7 +173,8 @@ class Problem:
         return native_scheduler.CompiledProblem(
             self.unrolled.order, [n.is_comm for n in nodes], [n.seconds for n in nodes],
             [self.slot[self._base[i]] if n.is_comm else -1 for i, n in enumerate(nodes)],
-            self._data_after, self._issue_after, sets, slot_set, self.iterations, self.slowdown)
+            self._data_after, self._issue_after, sets, slot_set, self.iterations, self.slowdown,
+            [n.stream for n in nodes], [n.lane for n in nodes])
 
     def unrolled_over(self, iterations: int) -> Problem:
         """This problem with the DAG unrolled over ``iterations`` (the options and
@@ -210,7 +223,7 @@ class Problem:
             if not node.is_comm:
                 tails[index] = [len(seconds)]
                 seconds.append(node.seconds)
-                channel.append(COMPUTE)
+                channel.append(self._stream[index])
                 after.append(before)
                 program.append(index)
                 task_node.append(index)
@@ -219,7 +232,8 @@ class Problem:
             template = self.templates[self.slot[self._base[index]]][choice[self.slot[self._base[index]]]]
             offset = len(seconds)
             seconds.extend(template.seconds)
-            channel.extend(template.channel)
+            lane = self._lane[index]
+            channel.extend([c + lane for c in template.channel] if lane else template.channel)
             for local, inner in enumerate(template.after):
                 after.append([offset + b for b in inner] if inner else before)
             program.extend([index] * len(template.seconds))
@@ -231,10 +245,11 @@ class Problem:
     def evaluate(self, choice: Sequence[int], policy: Policy = Policy.CRITICAL_PATH,
                  framework_order: bool = False) -> Evaluation:
         graph, seconds, task_node, task_motifs = self.graph(choice, framework_order)
-        start, end, order = graph.run(seconds, 1, policy, self.slowdown)
+        start, end, order = graph.run(seconds, 1, policy, self.lane_slowdown)
         makespan = max(end, default=0.0)
-        busy = sum(end[i] - start[i] for i, c in enumerate(graph.channel) if c == COMPUTE)
-        idle = 1.0 - busy / makespan if makespan > 0 else 0.0
+        busy = sum(end[i] - start[i] for i, c in enumerate(graph.channel) if c < 0)
+        streams = len(graph.streams)         # the share idle over every compute stream
+        idle = 1.0 - busy / (makespan * streams) if makespan > 0 else 0.0
         return Evaluation(makespan / self.iterations, makespan, idle, start, end, order, task_node, task_motifs,
                           graph.channel, graph)
 
@@ -249,5 +264,5 @@ class Problem:
                        framework_order: bool = False) -> float:
         """Iteration time of ``choice``: the unrolled makespan over the iterations."""
         graph, seconds, _, _ = self.graph(choice, framework_order)
-        _, end, _ = graph.run(seconds, 1, policy, self.slowdown)
+        _, end, _ = graph.run(seconds, 1, policy, self.lane_slowdown)
         return max(end, default=0.0) / self.iterations

@@ -1,11 +1,25 @@
 """optSched: Syndicate's greedy critical-path list scheduler (Pseudocode 1, §4.3.1),
 and the orders of the baselines it is compared with (§6.4).
 
-Input: a DAG of tasks. A task is compute (it runs on the one compute stream)
-or a communication motif (it runs on its channel; a channel runs at most
+Input: a DAG of tasks. A task is compute (it runs on a compute stream) or a
+communication motif (it runs on its channel; a channel runs at most
 ``capacity`` motifs at a time), with a duration and predecessors. Output: when
 every task starts and ends, the iteration time (the last end), and the
 scheduling order the enforcer installs (sequence numbers).
+
+**Compute streams.** Syndicate plans one rank's view of a data-parallel job:
+one compute stream, :data:`COMPUTE`. A job whose devices compute different
+things at once (a pipeline's stages, each on its own mesh) gives each its own
+stream: stream ``k`` is the channel value ``COMPUTE - k``
+(:func:`stream_channel`; every negative channel is a compute stream, every
+channel >= 0 a topology's). Each stream runs one task at a time, FIFO, as the
+one stream does below; streams run beside each other.
+
+**Lanes.** Likewise one channel carries every motif of a rank's
+communicators. Comm-ops whose motifs travel disjoint paths (a pipeline's
+directed edges, each between two meshes) may name lanes: the motifs of lane
+``l`` on channel ``c`` run on :func:`lane_channel` ``(c, l)``, a channel of
+its own to this scheduler, beside the other lanes'.
 
 Pseudocode 1 alternates between dequeuing compute tasks FIFO while the compute
 stream is behind and dequeuing communication motifs by critical path while
@@ -13,10 +27,10 @@ communication is behind. Our reading, as an event-driven list scheduler that
 does exactly that without the text's garbled loop structure:
 
 * a task is *released* when all its predecessors have ended;
-* every resource (the compute stream, each channel) is work-conserving: when
+* every resource (each compute stream, each channel) is work-conserving: when
   it is free and some of its tasks are released, it starts one of them;
-* the compute stream takes released compute tasks FIFO (by release time, then
-  index); a channel takes, by :class:`Policy`,
+* a compute stream takes its released compute tasks FIFO (by release time,
+  then index); a channel takes, by :class:`Policy`,
 
   - ``critical-path`` (optSched): the motif with the longest path to the end
     of the DAG (its duration plus the longest chain of successors, the
@@ -29,7 +43,8 @@ does exactly that without the text's garbled loop structure:
 
 * decisions are taken in time order: of all resources, the one that can start
   a task earliest goes first (compute before channels on ties, as the
-  pseudocode runs compute first). A task released later has a predecessor
+  pseudocode runs compute first; stream 0 first, then 1, ...; channels in
+  increasing value). A task released later has a predecessor
   that ends later, so no decision is ever taken without the tasks it could
   have chosen.
 
@@ -41,11 +56,13 @@ each channel ``s`` such that compute takes ``1 + s`` times as long while one
 of its motifs runs, ``1 + s₁ + s₂ + …`` while several do: the compute task
 progresses at rate ``1 / (1 + Σ s)``, piecewise between motif starts and
 ends. A compute task's end is therefore known only once no motif can start
-before it: the stream's running task ends as an event, taken before any
-decision at or after its projected end, and only then releases its
-successors. Motifs are not slowed by compute, and the critical-path
-priorities use the durations as given. With no slowdown every task takes
-exactly its duration.
+before it: a stream's running task ends as an event, taken before any
+decision at or after its projected end (the earliest end first, the lower
+stream on ties), and only then releases its successors. Motifs are not
+slowed by compute, and the critical-path priorities use the durations as
+given. With no slowdown every task takes exactly its duration. With several
+compute streams a motif slows every one of them: the scheduler does not know
+which devices a stream stands for, so it takes the pessimistic reading.
 
 Sequence numbers follow start times; motifs that start at the same instant on
 different channels share a number — they are meant to overlap (§4.4, "two or
@@ -67,7 +84,33 @@ from enum import Enum
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.syndicate.toposort import topological_order
 
-COMPUTE = -1  # the channel value of compute tasks
+COMPUTE = -1  # the channel value of compute tasks (on stream 0)
+
+
+def stream_channel(stream: int) -> int:
+    """The channel value of compute stream ``stream`` (0: :data:`COMPUTE`)."""
+    if isinstance(stream, bool) or not isinstance(stream, int) or stream < 0:
+        raise InvalidInputError(f"compute stream {stream!r} must be a whole number >= 0")
+    return COMPUTE - stream
+
+
+def stream_of(channel: int) -> int:
+    """The compute stream of a negative channel value (the inverse of :func:`stream_channel`)."""
+    return COMPUTE - channel
+
+
+#: Lane ``l`` of channel ``c`` is the scheduler channel ``c + l * LANE_STRIDE`` (topology channels stay below it).
+LANE_STRIDE = 1 << 16
+
+
+def lane_channel(channel: int, lane: int) -> int:
+    """The scheduler channel of ``channel``'s lane ``lane`` (lane 0: the channel itself)."""
+    return channel + lane * LANE_STRIDE
+
+
+def channel_and_lane(value: int) -> tuple[int, int]:
+    """The topology channel and lane of a scheduler channel >= 0 (the inverse of :func:`lane_channel`)."""
+    return value % LANE_STRIDE, value // LANE_STRIDE
 
 
 class Policy(str, Enum):
@@ -83,13 +126,13 @@ class Policy(str, Enum):
 class Task:
     name: str
     seconds: float
-    channel: int = COMPUTE          # COMPUTE, or the motif's channel
+    channel: int = COMPUTE          # a compute stream (< 0, stream_channel), or the motif's channel
     after: tuple[int, ...] = ()     # indices of predecessor tasks
     program: int = -1               # submission order (-1: the task's index)
 
     @property
     def is_compute(self) -> bool:
-        return self.channel == COMPUTE
+        return self.channel < 0
 
 
 @dataclass(frozen=True)
@@ -104,8 +147,10 @@ class Schedule:
         return max(self.end, default=0.0)
 
     def compute_idle_fraction(self, tasks: Sequence[Task]) -> float:
+        """The share of compute-stream time idle, over every stream that has a task."""
         busy = sum(self.end[i] - self.start[i] for i, t in enumerate(tasks) if t.is_compute)
-        return 1.0 - busy / self.seconds if self.seconds > 0 else 0.0
+        streams = max(1, len({t.channel for t in tasks if t.is_compute}))
+        return 1.0 - busy / (self.seconds * streams) if self.seconds > 0 else 0.0
 
 
 def bottom_levels(tasks: Sequence[Task]) -> list[float]:
@@ -128,7 +173,9 @@ def schedule(tasks: Sequence[Task], capacity: int = 1, policy: Policy = Policy.C
 
 class Graph:
     """A task DAG compiled for repeated scheduling: successor lists, in-degrees,
-    resources, and a topological order, all as flat lists."""
+    resources, and a topological order, all as flat lists. ``streams`` are the
+    compute channels present (:data:`COMPUTE` if none), stream 0 first;
+    ``channels`` the motif channels, ascending."""
 
     def __init__(self, channel: Sequence[int], after: Sequence[Sequence[int]], program: Sequence[int],
                  names: Sequence[str] | None = None, ordered: bool = False) -> None:
@@ -149,7 +196,7 @@ class Graph:
                     successors[b].append(index)
                 indegree[index] = len(before)
             self.topological = range(n)
-            self.channels = sorted(set(self.channel) - {COMPUTE})
+            self._resources()
             return
         for index, before in enumerate(after):
             for b in set(before):
@@ -161,13 +208,18 @@ class Graph:
         if stuck is not None:
             raise InvalidInputError(f"the task graph has a cycle (through {self.names[stuck]!r})")
         self.topological = order
-        self.channels = sorted({c for c in self.channel if c != COMPUTE})
+        self._resources()
+
+    def _resources(self) -> None:
+        values = set(self.channel)
+        self.streams = sorted((c for c in values if c < 0), reverse=True) or [COMPUTE]
+        self.channels = sorted(c for c in values if c >= 0)
 
     @property
     def fifo(self) -> list[int]:
         """FIFO issue order of the motifs: by submission index, then task index."""
         if self._fifo is None:
-            self._fifo = sorted((i for i in range(self.size) if self.channel[i] != COMPUTE),
+            self._fifo = sorted((i for i in range(self.size) if self.channel[i] >= 0),
                                 key=lambda i: (self.program[i], i))
         return self._fifo
 
@@ -207,29 +259,33 @@ class Graph:
             key = [(-level[i], i) for i in range(n)]
         else:
             key = [(-program[i], i) for i in range(n)]
-        # resource slot 0 is the compute stream, 1.. the channels
-        slot_of = {c: k + 1 for k, c in enumerate(self.channels)}
-        resource = [0 if c == COMPUTE else slot_of[c] for c in channel]
-        count = len(self.channels) + 1
-        drag = [0.0] + [float((slowdown or {}).get(c, 0.0)) for c in self.channels]
-        for c, s in zip(self.channels, drag[1:]):
+        # resource slots 0..streams-1 are the compute streams, then the channels
+        streams = len(self.streams)
+        slot_of = {c: k for k, c in enumerate(self.streams)}
+        slot_of.update({c: streams + k for k, c in enumerate(self.channels)})
+        resource = [slot_of[c] for c in channel]
+        count = streams + len(self.channels)
+        drag = [0.0] * streams + [float((slowdown or {}).get(c, 0.0)) for c in self.channels]
+        for c, s in zip(self.channels, drag[streams:]):
             if not 0.0 <= s < math.inf:
                 raise InvalidInputError(f"channel {c} has compute slowdown {s!r}; it must be a number >= 0")
         # A task's priority on its resource: compute FIFO (release, index), a channel by ``key``.
         pending: list[list] = [[] for _ in range(count)]     # (release, priority, index): predecessors done
         ready: list[list] = [[] for _ in range(count)]       # (priority, index): released by the resource's time
-        free = [[0.0] * (1 if r == 0 else capacity) for r in range(count)]
+        free = [[0.0] * (1 if r < streams else capacity) for r in range(count)]
         fifo = policy is Policy.FIFO
         fifo_order, head, last_issue = (self.fifo if fifo else []), 0, 0.0
         clock = 0.0     # decisions are taken in time order; no start is earlier than the last
         known = [False] * n
-        computing = _Computing()
+        computing = [_Computing() for _ in range(streams)]
+        running = 0     # streams with a task
 
         def arrive(i: int) -> None:
-            if fifo and resource[i]:
+            r = resource[i]
+            if fifo and r >= streams:
                 known[i] = True
             else:
-                push(pending[resource[i]], (release[i], key[i] if resource[i] else (release[i], i), i))
+                push(pending[r], (release[i], key[i] if r >= streams else (release[i], i), i))
 
         def drain(r: int, until: float) -> None:
             waiting_queue, queue = pending[r], ready[r]
@@ -248,10 +304,10 @@ class Graph:
         for i in range(n):
             if waiting[i] == 0:
                 arrive(i)
-        while len(order) < n or computing.task >= 0:
+        while len(order) < n or running:
             best_time, best_resource = None, -1
             for r in range(count):
-                if (fifo and r) or (r == 0 and computing.task >= 0):
+                if (fifo and r >= streams) or (r < streams and computing[r].task >= 0):
                     continue
                 now = min(free[r])
                 if now < clock:
@@ -271,13 +327,19 @@ class Graph:
                 t = max(release[i], min(slots), last_issue, clock)
                 if best_time is None or t < best_time:
                     best_time, best_resource = t, -2
-            if computing.task >= 0:
-                finish = computing.finish()
+            if running:
+                first, finish = -1, math.inf
+                for r in range(streams):
+                    if computing[r].task >= 0:
+                        f = computing[r].finish()
+                        if first < 0 or f < finish:
+                            first, finish = r, f
                 if best_time is None or finish <= best_time:    # it ends first: release what waits for it
-                    i = computing.task
-                    computing.task = -1
+                    i = computing[first].task
+                    computing[first].task = -1
+                    running -= 1
                     end[i] = finish
-                    free[0][0] = finish
+                    free[first][0] = finish
                     ended(i, finish)
                     continue
             if best_time is None:
@@ -295,22 +357,24 @@ class Graph:
             start[i] = best_time
             order.append(i)
             r = resource[i]
-            if r == 0:
-                computing.begin(i, best_time, seconds[i])
+            if r < streams:
+                computing[r].begin(i, best_time, seconds[i])
+                running += 1
                 continue
             finish = best_time + seconds[i]
             end[i] = finish
             slots = free[r]
             slots[slots.index(min(slots))] = finish
             if drag[r] > 0.0:
-                computing.interfere(best_time, finish, drag[r])
+                for stream in computing:
+                    stream.interfere(best_time, finish, drag[r])
             ended(i, finish)
         return start, end, order
 
     def sequence(self, start: Sequence[float], order: Sequence[int]) -> dict[int, int]:
         """Motif index -> sequence number: by start time; equal starts share a number."""
         position = {index: k for k, index in enumerate(order)}
-        motifs = sorted((i for i in order if self.channel[i] != COMPUTE), key=lambda i: (start[i], position[i]))
+        motifs = sorted((i for i in order if self.channel[i] >= 0), key=lambda i: (start[i], position[i]))
         sequence: dict[int, int] = {}
         number, previous = -1, None
         for i in motifs:
@@ -321,7 +385,7 @@ class Graph:
 
 
 class _Computing:
-    """The compute stream's running task under interference: the base seconds
+    """A compute stream's running task under interference: the base seconds
     of it left at ``since``, and the motifs running that slow it (their ends,
     ascending, and drags), so its end is known only as far as the motifs that
     started so far go ("Interference" in the module docstring)."""

@@ -16,7 +16,9 @@ def test_help_and_list():
     listed = p2("optimize", "--list")
     assert listed.returncode == 0
     names = [line.split()[0] for line in listed.stdout.splitlines()]
-    assert names == ["dlrm-a1", "dlrm-a2", "dlrm-a3", "fsdp", "transformer-dp-tp", "cnn-dp"]
+    assert names == ["dlrm-a1", "dlrm-a2", "dlrm-a3", "fsdp", "transformer-dp-tp", "cnn-dp", "pipeline-gpt",
+                     "pipeline-u-transformer"]
+    assert "eager-1f1b x 8 micro-batches" in listed.stdout and "emulated" not in listed.stderr
 
 
 def test_a_workload_gives_the_table_the_json_the_plan_and_the_gantt(tmp_path):
@@ -69,6 +71,9 @@ def test_a_recorded_trace_is_optimized(tmp_path):
     (["--workload", "fsdp", "--topology", "nowhere"], "unknown topology 'nowhere'"),
     (["--trace", "missing.json"], "trace file missing.json does not exist"),
     (["--workload", "fsdp", "--budget", "0"], "--budget"),
+    (["--workload", "fsdp", "--microbatches", "4"], "--microbatches applies to the pipeline workloads"),
+    (["--workload", "pipeline-gpt", "--topology", "gcp-v100-2n"], "has 2 of 8; pass a larger --topology"),
+    (["--workload", "pipeline-gpt", "--pipeline-schedule", "zigzag"], "--pipeline-schedule"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message, tmp_path):
     result = p2("optimize", *args)
@@ -82,3 +87,21 @@ def test_a_trace_larger_than_the_topology_is_refused(tmp_path):
     path.write_text(json.dumps(trace(big(0.0), big(0.01), big(0.02), world_size=64)))
     result = p2("optimize", "--trace", str(path))
     assert result.returncode == 2 and "at least 64" in result.stderr
+
+
+def test_a_pipeline_workload_schedules_its_stages_side_by_side():
+    result = p2("optimize", "--workload", "pipeline-gpt", "--budget", "0.5", "--json", "-")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["workload"] == "pipeline-gpt" and data["topology"] == "emulated-4x4"
+    assert "eager-1f1b x 8 micro-batches" in data["description"]
+    systems = {s["name"]: s for s in data["systems"]}
+    assert list(systems) == SYSTEM_NAMES
+    # four stages on four streams: less than their compute one after another (8 x 4 x (250 + 500) ms), which
+    # is what one compute stream would take before any transfer
+    for system in systems.values():
+        assert 0 < system["iteration_seconds"] < 24.0 and 0 <= system["compute_idle_fraction"] < 1
+        assert {o["op"].split(":")[0] for o in system["options"]} == {"0>1", "1>0", "1>2", "2>1", "2>3", "3>2"}
+    assert systems["Syndicate"]["iteration_seconds"] <= systems["FIFO"]["iteration_seconds"] * (1 + 1e-9)
+    ops = data["plan"]["ops"]
+    assert len(ops) == 6 * 8 and {op["kind"] for op in ops} == {"broadcast"}

@@ -20,7 +20,7 @@ from optimizer_service.syndicate import native_scheduler
 from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
 from optimizer_service.syndicate.motif_cost import MotifCostModel
 from optimizer_service.syndicate.problem import Problem
-from optimizer_service.syndicate.scheduler import COMPUTE, Graph, Policy
+from optimizer_service.syndicate.scheduler import COMPUTE, Graph, Policy, lane_channel
 from optimizer_service.syndicate.workloads import build, workload_names
 
 PURE = os.environ.get("P2_PURE_PYTHON") == "1"
@@ -148,3 +148,48 @@ def test_a_bad_slowdown_fails_alike():
     assert python.startswith("InvalidInputError: channel 0 has compute slowdown -1.0")
     assert outcome(native_scheduler.run, g, [1.0, 1.0], 1, Policy.CRITICAL_PATH, {0: -1.0}).startswith(
         "InvalidInputError: channel 0 has compute slowdown -1")
+
+
+@native
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), capacity=st.integers(1, 2), policy=st.sampled_from(list(Policy)),
+       slowdown=st.sampled_from([{}, {0: 0.25}, {0: 0.25, 4: 1.0}, {0: 0.25, lane_channel(0, 1): 0.25}]))
+def test_random_graphs_on_several_compute_streams_schedule_exactly_the_same(data, capacity, policy, slowdown):
+    """Compute streams of their own (negative channels other than COMPUTE, a pipeline's stages) and lanes."""
+    count = data.draw(st.integers(1, 30))
+    channel = data.draw(st.lists(st.sampled_from([COMPUTE, -2, -4, 0, 1, 4, lane_channel(0, 1), lane_channel(4, 2)]),
+                                 min_size=count, max_size=count))
+    after = [data.draw(st.lists(st.integers(0, i - 1), max_size=3)) if i else [] for i in range(count)]
+    program = data.draw(st.lists(st.integers(0, count // 2), min_size=count, max_size=count))
+    seconds = data.draw(st.lists(st.sampled_from([0.0, 0.1, 0.3, 1.0, 2.5]), min_size=count, max_size=count))
+    g = Graph(channel, after, program)
+    assert (outcome(native_scheduler.run, g, seconds, capacity, policy, slowdown)
+            == outcome(g.run, seconds, capacity, policy, slowdown))
+
+
+@native
+@pytest.mark.parametrize("slowed", [False, True])
+def test_a_pipeline_on_a_stream_per_stage_and_a_lane_per_edge_costs_exactly_the_same(slowed):
+    from optimizer_service.resharding.pipeline_costs import u_transformer_like
+    from optimizer_service.resharding.pipeline_schedules import build_schedule
+    from optimizer_service.syndicate.pipeline_dag import BoundaryMotifs, broadcasts, pipeline_dag
+
+    costs = u_transformer_like(4, forward_seconds=[0.001, 0.002, 0.001, 0.0015], backward_seconds=0.002)
+    boundaries = [BoundaryMotifs(e.from_stage, e.to_stage,
+                                 broadcasts([((8 * e.from_stage + k, *range(8 * e.to_stage, 8 * e.to_stage + 4)),
+                                              1 << 18) for k in range(2)]),
+                                 broadcasts([((8 * e.to_stage, 8 * e.from_stage + 1), 1 << 18)]))
+                  for e in costs.all_edges()]
+    dag = pipeline_dag(build_schedule("eager-1f1b", 4, 4), costs.seconds, boundaries)
+    model = slowed_problem("fsdp").cost if slowed else cost_model()
+    problem = Problem(dag, model)
+    assert problem.compiled is not None and {n.stream for n in dag.nodes} == {0, 1, 2, 3}
+    assert {n.lane for n in dag.nodes if n.is_comm} == set(range(8))       # a lane per directed edge
+    rng = random.Random(slowed)
+    choices = [problem.greedy(), problem.default()]
+    choices += [[rng.randrange(len(options)) for options in problem.options] for _ in range(8)]
+    for choice in choices:
+        for policy in Policy:
+            for framework_order in (False, True):
+                python = problem.python_cost_of(choice, policy, framework_order)
+                assert problem.cost_of(choice, policy, framework_order) == python, (choice, policy, framework_order)
