@@ -19,6 +19,18 @@ The resharding planner, one idea per module, what → how → lowered:
   the enforcer runs;
 * :mod:`.cases` — Table 2's micro-benchmark cases.
 
+Pipeline schedules (§4), on the contract's
+:class:`~optimizer_service.plan.pipeline.PipelineSchedule`:
+
+* :mod:`.pipeline_schedules` — GPipe, 1F1B, eager-1F1B and eager-1F1B with
+  backward weight delaying;
+* :mod:`.pipeline_validate` — structure checks and a dry run that renders the
+  stage × step grid with ``<-- ERROR HERE``;
+* :mod:`.pipeline_costs` — per-stage compute and per-edge communication
+  (GPT-like and U-Transformer-like profiles);
+* :mod:`.pipeline_sim` — the simulator: iteration time, bubbles, activation
+  memory per stage.
+
 May import: ``hardware``, ``plan`` (and ``errors``, ``units``).
 """
 
@@ -34,6 +46,10 @@ from optimizer_service.resharding.planner import (
     plan_resharding,
     prepare,
 )
+from optimizer_service.resharding.pipeline_costs import CommEdge, PipelineCosts, StageCost, gpt_like, u_transformer_like
+from optimizer_service.resharding.pipeline_schedules import SCHEDULE_NAMES, build_schedule
+from optimizer_service.resharding.pipeline_sim import PipelineTimeline, simulate
+from optimizer_service.resharding.pipeline_validate import ScheduleError, check_schedule
 from optimizer_service.resharding.request import ReshardRequest, build_request, request_from_endpoints
 from optimizer_service.resharding.schedule import (
     Schedule,
@@ -49,7 +65,9 @@ from optimizer_service.resharding.strategies import TaskPrice, UnitTaskPricer
 from optimizer_service.resharding.unit_tasks import UnitTask, decompose
 
 __all__ = [
-    "ALGORITHMS", "DimSharding", "LowerBound", "Mesh", "PAPER_SHAPE", "PreparedResharding", "ReshardCase",
+    "ALGORITHMS", "CommEdge", "DimSharding", "PipelineCosts", "PipelineTimeline", "SCHEDULE_NAMES",
+    "ScheduleError", "StageCost", "build_schedule", "check_schedule", "gpt_like", "simulate",
+    "u_transformer_like", "LowerBound", "Mesh", "PAPER_SHAPE", "PreparedResharding", "ReshardCase",
     "ReshardPlan", "ReshardRequest", "SOLVERS", "Schedule", "ScheduleProblem", "SearchBudget", "ShardingSpec",
     "SolveResult", "TABLE2_CASES", "TaskPrice", "Timeline", "UnitTask", "UnitTaskPricer", "build_request",
     "decompose", "evaluate", "host_bandwidth", "host_of", "lower_bound", "lower_bound_seconds", "parse_endpoint",
