@@ -1,6 +1,8 @@
 """``p2 pipeline``: pipeline schedules (GPipe, 1F1B, eager-1F1B, eager-1F1B with
 backward weight delaying; Zhuang et al., MLSys 2023, §4) simulated with
-cross-mesh communication on a GPT-like or U-Transformer-like stage profile."""
+cross-mesh communication on a GPT-like or U-Transformer-like stage profile,
+its transfers on a channel per directed edge or sharing each stage's NIC
+(``--links``, §3's one full-duplex NIC per host)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from optimizer_service.cli.pipeline_render import SimulatedSchedule, document, g
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.resharding.pipeline_costs import PipelineCosts, gpt_like, u_transformer_like
 from optimizer_service.resharding.pipeline_schedules import SCHEDULE_NAMES, build_schedule, choose_weight_delays
-from optimizer_service.resharding.pipeline_sim import simulate
+from optimizer_service.resharding.pipeline_sim import LINK_MODELS, simulate
 
 MIB = 1 << 20
 PROFILES = ("gpt", "u-transformer")
@@ -35,13 +37,14 @@ def build_costs(profile: str, stages: int, forward: float, backward: float, comm
 
 
 def run_schedules(names: list[str], stages: int, microbatches: int, costs: PipelineCosts,
-                  overlap: bool) -> list[SimulatedSchedule]:
-    """Build and simulate every schedule of ``names``."""
+                  overlap: bool, links: str = "edge") -> list[SimulatedSchedule]:
+    """Build and simulate every schedule of ``names`` (eager-1F1B-wd's delays chosen under ``links``)."""
     out = []
     for name in names:
-        delays = choose_weight_delays(stages, microbatches, costs, overlap) if name == "eager-1f1b-wd" else None
+        delays = choose_weight_delays(stages, microbatches, costs, overlap, links=links) \
+            if name == "eager-1f1b-wd" else None
         schedule = build_schedule(name, stages, microbatches, costs, overlap, delays)
-        out.append(SimulatedSchedule(schedule, simulate(schedule, costs, overlap), delays))
+        out.append(SimulatedSchedule(schedule, simulate(schedule, costs, overlap, links), delays))
     return out
 
 
@@ -70,13 +73,16 @@ def run_schedules(names: list[str], stages: int, microbatches: int, costs: Pipel
               help="Activation one in-flight micro-batch holds on a stage, MiB (Table 1: 48).")
 @click.option("--overlap/--no-overlap", default=True, show_default=True,
               help="--no-overlap: a send holds the sending stage (the paper's 'Broadcast' baseline).")
+@click.option("--links", type=click.Choice(LINK_MODELS), default="edge", show_default=True,
+              help="edge: each directed stage pair its own channel; host: a transfer holds its sender's egress "
+                   "and its receiver's ingress (one full-duplex NIC per stage, one transfer at a time each).")
 @click.option("--json", "json_out", metavar="OUT", help="Write results as JSON to OUT ('-' for stdout).")
 @click.option("--gantt", "gantt_out", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.png",
               help="Draw each schedule's timeline (stages and communication lanes) to OUT.png.")
 def pipeline(stages: int, microbatches: int, schedule_name: str, profile: str, forward_seconds: float,
              backward_seconds: float, weight_share: float, comm_seconds: float,
              backward_comm_seconds: float | None, skip_seconds: float | None, activation_mb: float,
-             overlap: bool, json_out: str | None, gantt_out: Path | None) -> None:
+             overlap: bool, links: str, json_out: str | None, gantt_out: Path | None) -> None:
     """Simulate pipeline schedules with cross-mesh communication (eager-1F1B,
     Zhuang et al. MLSys'23 section 4): each schedule's stage x action grid, its
     iteration time, bubble share and peak activation memory per stage; with
@@ -87,11 +93,11 @@ def pipeline(stages: int, microbatches: int, schedule_name: str, profile: str, f
     costs = build_costs(profile, stages, forward_seconds, backward_seconds, comm_seconds, backward_comm_seconds,
                         skip_seconds, weight_share, activation_mb)
     names = list(SCHEDULE_NAMES) if schedule_name == "all" else [schedule_name]
-    results = run_schedules(names, stages, microbatches, costs, overlap)
+    results = run_schedules(names, stages, microbatches, costs, overlap, links)
     if json_out != "-":
-        click.echo(report(costs, results, microbatches, overlap))
+        click.echo(report(costs, results, microbatches, overlap, links))
     if json_out is not None:
-        write_json(document(costs, results, microbatches, overlap), json_out)
+        write_json(document(costs, results, microbatches, overlap, links), json_out)
     if gantt_out is not None:
         gantt(costs, results, gantt_out)
         if json_out != "-":

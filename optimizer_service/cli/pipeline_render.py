@@ -31,7 +31,11 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms"
 
 
-def describe(costs: PipelineCosts, microbatches: int, overlap: bool) -> str:
+LINK_WORDS = {"edge": "a channel per directed edge", "host": "each stage's sends share its egress, its receives "
+               "its ingress"}
+
+
+def describe(costs: PipelineCosts, microbatches: int, overlap: bool, links: str = "edge") -> str:
     first = costs.stages[0]
     uniform = all(s == first for s in costs.stages)
     compute = (f"F {_ms(first.forward)}, B {_ms(first.backward)} (I {_ms(first.backward_input)} + W "
@@ -41,15 +45,16 @@ def describe(costs: PipelineCosts, microbatches: int, overlap: bool) -> str:
                       for e in costs.all_edges()) or "none"
     mode = "communication overlaps compute" if overlap else "sends hold the sending stage (no overlap)"
     return (f"{costs.name} profile, {costs.stage_count} stages x {microbatches} micro-batches; {compute}\n"
-            f"edges (forward/backward): {edges}; {mode}")
+            f"edges (forward/backward): {edges}; {mode}; links: {links} ({LINK_WORDS[links]})")
 
 
 def reference_seconds(results: list[SimulatedSchedule]) -> float | None:
     return next((r.timeline.iteration_seconds for r in results if r.name == REFERENCE), None)
 
 
-def report(costs: PipelineCosts, results: list[SimulatedSchedule], microbatches: int, overlap: bool) -> str:
-    lines = [describe(costs, microbatches, overlap), ""]
+def report(costs: PipelineCosts, results: list[SimulatedSchedule], microbatches: int, overlap: bool,
+           links: str = "edge") -> str:
+    lines = [describe(costs, microbatches, overlap, links), ""]
     for r in results:
         t = r.timeline
         lines.append(str(r.schedule))
@@ -74,13 +79,15 @@ def table(results: list[SimulatedSchedule]) -> str:
     return "\n".join(lines)
 
 
-def document(costs: PipelineCosts, results: list[SimulatedSchedule], microbatches: int, overlap: bool) -> dict:
+def document(costs: PipelineCosts, results: list[SimulatedSchedule], microbatches: int, overlap: bool,
+             links: str = "edge") -> dict:
     reference = reference_seconds(results)
     return {
         "stages": costs.stage_count,
         "microbatches": microbatches,
         "profile": costs.name,
         "overlap": overlap,
+        "links": links,
         "costs": str(costs),
         "edges": [{"from_stage": e.from_stage, "to_stage": e.to_stage, "forward_seconds": e.forward_seconds,
                    "backward_seconds": e.backward_seconds} for e in costs.all_edges()],
@@ -138,7 +145,8 @@ def gantt(costs: PipelineCosts, results: list[SimulatedSchedule], path: Path) ->
     axes[-1, 0].set_xlabel("ms")
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
     fig.legend(handles, ["F", "B", "I (input grad)", "W (weight grad)"], loc="upper right", fontsize=7, ncol=4)
-    fig.suptitle(f"{costs.name}: {costs.stage_count} stages", fontsize=10, x=0.01, ha="left")
+    fig.suptitle(f"{costs.name}: {costs.stage_count} stages, links {results[0].timeline.links}", fontsize=10,
+                 x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     fig.savefig(path, dpi=110)
     plt.close(fig)

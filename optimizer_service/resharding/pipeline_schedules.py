@@ -138,17 +138,18 @@ def eager_1f1b_wd(stages: int, microbatches: int, delays: int | Sequence[int] = 
 
 
 def choose_weight_delays(stages: int, microbatches: int, costs: PipelineCosts, overlap: bool = True,
-                         longest: int = MAX_WEIGHT_DELAY) -> tuple[int, ...]:
+                         longest: int = MAX_WEIGHT_DELAY, links: str = "edge") -> tuple[int, ...]:
     """Each stage's weight-gradient delay ``d`` for ``eager-1f1b-wd`` under
     ``costs`` ("delay the least to cover all communications", §4), with the
     simulator as the cost model: starting from ``d = 0`` everywhere, from the
     last stage to the first, the least ``d`` in ``0..longest`` that gives the
     shortest simulated iteration (a larger ``d`` must win outright: it keeps an
-    activation longer). Never slower than ``d = 0``, which is never slower than
+    activation longer), ``links`` being the simulator's link model. Never
+    slower than ``d = 0``, which under ``links="edge"`` is never slower than
     eager-1F1B (the same order with each ``B`` run as ``I`` then ``W``: the
     gradient leaves ``W`` earlier)."""
     def seconds(delays: list[int]) -> float:
-        return simulate(eager_1f1b_wd(stages, microbatches, delays), costs, overlap).iteration_seconds
+        return simulate(eager_1f1b_wd(stages, microbatches, delays), costs, overlap, links).iteration_seconds
 
     delays = [0] * stages
     best = seconds(delays)
@@ -162,7 +163,8 @@ def choose_weight_delays(stages: int, microbatches: int, costs: PipelineCosts, o
 
 
 def build_schedule(name: str, stages: int, microbatches: int, costs: PipelineCosts | None = None,
-                   overlap: bool = True, delays: int | Sequence[int] | None = None) -> PipelineSchedule:
+                   overlap: bool = True, delays: int | Sequence[int] | None = None,
+                   links: str = "edge") -> PipelineSchedule:
     """The schedule called ``name`` (:data:`SCHEDULE_NAMES`). For
     ``eager-1f1b-wd``: ``delays`` if given, else those
     :func:`choose_weight_delays` picks under ``costs``, else 0."""
@@ -175,6 +177,7 @@ def build_schedule(name: str, stages: int, microbatches: int, costs: PipelineCos
     if name == "eager-1f1b-wd":
         if delays is None:
             _check_sizes(stages, microbatches)
-            delays = 0 if costs is None else choose_weight_delays(stages, microbatches, costs, overlap)
+            delays = 0 if costs is None else choose_weight_delays(stages, microbatches, costs, overlap,
+                                                                  links=links)
         return eager_1f1b_wd(stages, microbatches, delays)
     raise InvalidInputError(f"unknown pipeline schedule {name!r}; known: {', '.join(SCHEDULE_NAMES)}")

@@ -1,7 +1,8 @@
 """Simulating one iteration of a pipeline schedule with cross-mesh
 communication (Zhuang et al., MLSys 2023, §4, §5.3.2): when every action and
 every transfer starts and ends, the bubbles, and the activation memory each
-stage holds over time. Deterministic, event-free (no clock).
+stage holds over time. Deterministic, no wall clock: ``links="edge"`` is
+event-free, ``links="host"`` steps a simulated clock.
 
 Model:
 
@@ -14,14 +15,44 @@ Model:
   feeds; ``W`` needs nothing from other stages. An action's output is sent on
   every edge as soon as it ends (``F``'s forward, ``B``'s or ``I``'s
   backward; ``W`` sends nothing);
-* **Overlap** (the default, the paper's "Overlap"): each directed edge is a
-  channel of its own that runs beside compute, one transfer at a time, in the
-  order the sending stage produced them (FIFO); a transfer starts when its
-  action ends and the channel is free;
+* **Overlap** (the default, the paper's "Overlap"): transfers run beside
+  compute; a transfer starts when its action ends and its link is free
+  (``links`` below);
 * ``overlap=False`` (the paper's "Broadcast" baseline, §5.3.2): a send holds
-  the sending stage — it runs its transfers, one after the other, before its
-  next action (our reading; the receiver is not held: it waits for the data
-  only when an action needs it, as a posted receive does);
+  the sending stage — it runs its transfers, one after the other (destination
+  stage ascending), before its next action (our reading; the receiver is not
+  held: it waits for the data only when an action needs it, as a posted
+  receive does);
+* **links** — what a transfer occupies while it runs:
+
+  - ``"edge"`` (the default; Syndicate's scheduler reproduces it exactly):
+    each directed edge ``(a, b)`` is a channel of its own, one transfer at a
+    time in the order the sending stage produced them (FIFO), so a stage's
+    forward to ``s+1``, its gradient to ``s-1`` and its skip sends all travel
+    at once, each at full speed;
+  - ``"host"``: the links of §3's cluster, "each host has only one NIC" and it
+    is full duplex ("separate sending/receiving bandwidth"). Our reading: a
+    stage's mesh spreads every cross-mesh transfer over all its hosts' NICs
+    (the resharding planner's load balance, §3.2), so the mesh acts as one
+    **egress** (all it sends) and one **ingress** (all it receives), and an
+    edge's seconds are the time that transfer takes holding them alone. A
+    transfer ``a -> b`` holds ``a``'s egress and ``b``'s ingress together for
+    its seconds; each of those carries one transfer at a time, and a stage's
+    egress and ingress are independent (full duplex). Transfers are served in
+    the order they become ready, greedily: whenever an egress or ingress frees
+    (or a transfer becomes ready), the waiting transfers are taken by ready
+    time — ties: the lower sending stage first, then the order that stage
+    produced them (its action order, then destination stage ascending) — and
+    each whose egress and ingress are both free starts now (a later one may
+    pass an earlier one whose other end is still busy; a started transfer is
+    never interrupted). On one edge the order stays the sender's (FIFO), so
+    every constraint of ``"edge"`` still holds and ``"host"`` is never faster
+    (``"edge"`` gives the earliest times those constraints allow); with two
+    stages each NIC carries one direction of one edge and the two models
+    agree exactly. Greedy service can make a schedule that readies a transfer
+    sooner slower (it may take a NIC a more urgent one then waits for), so
+    the ``"edge"`` orderings between schedules (eager-1F1B with backward
+    weight delaying never slower than eager-1F1B) need not hold here;
 * **memory**: stage ``s`` holds one activation (``activation_bytes``) of
   micro-batch ``m`` from the start of ``F(s, m)`` until its backward has
   ended — ``B(s, m)``, or ``W(s, m)`` when the backward is split (the weight
@@ -34,7 +65,9 @@ does not compute; ``bubble_fraction`` is the share of stage-seconds idle.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
+from itertools import count as counter
 
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.pipeline import Action, ActionKind, PipelineSchedule
@@ -42,6 +75,8 @@ from optimizer_service.resharding.pipeline_costs import PipelineCosts
 from optimizer_service.resharding.pipeline_validate import check_schedule
 
 F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
+#: What a transfer occupies while it runs (module docstring): its directed edge, or its two stages' NICs.
+LINK_MODELS = ("edge", "host")
 
 
 @dataclass(frozen=True)
@@ -84,6 +119,7 @@ class PipelineTimeline:
     actions: tuple[tuple[ActionTiming, ...], ...]         # per stage, in its order
     transfers: tuple[TransferTiming, ...]                 # in the order they were sent
     memory: tuple[tuple[tuple[float, int], ...], ...]     # per stage: (time, bytes held from then on)
+    links: str = "edge"                                   # LINK_MODELS
 
     @property
     def stage_count(self) -> int:
@@ -137,44 +173,80 @@ class PipelineTimeline:
         return "\n".join(lines)
 
 
-def simulate(schedule: PipelineSchedule, costs: PipelineCosts, overlap: bool = True) -> PipelineTimeline:
-    """Simulate ``schedule`` under ``costs`` (module docstring)."""
+def simulate(schedule: PipelineSchedule, costs: PipelineCosts, overlap: bool = True,
+             links: str = "edge") -> PipelineTimeline:
+    """Simulate ``schedule`` under ``costs``, transfers running on ``links``
+    (:data:`LINK_MODELS`; module docstring)."""
+    if links not in LINK_MODELS:
+        raise InvalidInputError(f"link model {links!r} is not one of {', '.join(LINK_MODELS)}; 'edge': a channel "
+                                "per directed edge, 'host': a stage's sends share its NIC")
     if costs.stage_count != schedule.stage_count:
         raise InvalidInputError(f"schedule {schedule.name} has {schedule.stage_count} stages but cost profile "
                                 f"{costs.name} has {costs.stage_count}")
     check_schedule(schedule)
-    count = schedule.stage_count
-    downstream = [costs.downstream(s) for s in range(count)]
-    upstream = [costs.upstream(s) for s in range(count)]
-    arrival: dict[tuple[int, int, ActionKind, int], float] = {}   # (from, to, direction, m) -> arrival
-    channel_free: dict[tuple[int, int], float] = {}
-    stage_free = [0.0] * count
-    position = [0] * count
-    timings: list[list[ActionTiming]] = [[] for _ in range(count)]
-    transfers: list[TransferTiming] = []
+    wiring = _Wiring(costs)
+    run = _run_on_edges if links == "edge" else _run_on_hosts
+    timings, transfers = run(schedule, wiring, overlap)
+    # check_schedule proved the schedule deadlock-free, so every action ran
+    assert all(len(timings[s]) == len(schedule.stages[s]) for s in range(schedule.stage_count))
+    memory = tuple(_memory(stage_timings, costs.stages[s].activation_bytes) for s, stage_timings in enumerate(timings))
+    return PipelineTimeline(schedule, overlap, tuple(tuple(t) for t in timings), tuple(transfers), memory, links)
 
-    def inputs(action: Action) -> float | None:
+
+Arrivals = dict[tuple[int, int, ActionKind, int], float]     # (from, to, direction, m) -> arrival
+
+
+class _Wiring:
+    """Who feeds whom and how long everything takes, read once from the costs."""
+
+    def __init__(self, costs: PipelineCosts) -> None:
+        count = costs.stage_count
+        self.downstream = [costs.downstream(s) for s in range(count)]
+        self.upstream = [costs.upstream(s) for s in range(count)]
+        self.transfer_seconds: dict[tuple[int, int], float] = {}
+        for edge in costs.all_edges():
+            self.transfer_seconds[(edge.from_stage, edge.to_stage)] = edge.forward_seconds
+            self.transfer_seconds[(edge.to_stage, edge.from_stage)] = edge.backward_seconds
+        self.compute_seconds = [{kind: stage.seconds(kind) for kind in ActionKind} for stage in costs.stages]
+
+    def inputs(self, action: Action, arrival: Arrivals) -> float | None:
+        """When the last input of ``action`` has arrived; None while one is not known yet."""
         stage, kind, m = action
         if kind is F:
-            keys = [(p, stage, F, m) for p in upstream[stage]]
+            keys = [(p, stage, F, m) for p in self.upstream[stage]]
         elif kind in (B, I):
-            keys = [(t, stage, B, m) for t in downstream[stage]]
+            keys = [(t, stage, B, m) for t in self.downstream[stage]]
         else:
             keys = []
         if any(k not in arrival for k in keys):
             return None
         return max((arrival[k] for k in keys), default=0.0)
 
-    transfer_seconds = {}
-    for edge in costs.all_edges():
-        transfer_seconds[(edge.from_stage, edge.to_stage)] = edge.forward_seconds
-        transfer_seconds[(edge.to_stage, edge.from_stage)] = edge.backward_seconds
-    compute_seconds = [{kind: stage.seconds(kind) for kind in ActionKind} for stage in costs.stages]
+    def targets(self, action: Action) -> list[tuple[int, ActionKind]]:
+        """Where the output of ``action`` goes, destination stage ascending."""
+        if action.kind is F:
+            return [(t, F) for t in self.downstream[action.stage]]
+        if action.kind in (B, I):
+            return [(p, B) for p in self.upstream[action.stage]]
+        return []
+
+
+def _run_on_edges(schedule: PipelineSchedule, wiring: _Wiring,
+                  overlap: bool) -> tuple[list[list[ActionTiming]], list[TransferTiming]]:
+    """``links="edge"``: a FIFO channel per directed edge. Event-free: a stage
+    runs ahead as far as its inputs are known, as every channel's order is
+    fixed by its sender alone."""
+    count = schedule.stage_count
+    arrival: Arrivals = {}
+    channel_free: dict[tuple[int, int], float] = {}
+    stage_free = [0.0] * count
+    position = [0] * count
+    timings: list[list[ActionTiming]] = [[] for _ in range(count)]
+    transfers: list[TransferTiming] = []
 
     def send(stage: int, to: int, direction: ActionKind, m: int, ready: float) -> float:
-        seconds = transfer_seconds[(stage, to)]
         start = max(ready, channel_free.get((stage, to), 0.0))
-        end = start + seconds
+        end = start + wiring.transfer_seconds[(stage, to)]
         channel_free[(stage, to)] = end
         arrival[(stage, to, direction, m)] = end
         transfers.append(TransferTiming(stage, to, direction, m, start, end))
@@ -186,29 +258,119 @@ def simulate(schedule: PipelineSchedule, costs: PipelineCosts, overlap: bool = T
         for stage, actions in enumerate(schedule.stages):
             while position[stage] < len(actions):
                 action = actions[position[stage]]
-                ready = inputs(action)
+                ready = wiring.inputs(action, arrival)
                 if ready is None:
                     break
                 start = max(stage_free[stage], ready)
-                end = start + compute_seconds[stage][action.kind]
+                end = start + wiring.compute_seconds[stage][action.kind]
                 timings[stage].append(ActionTiming(action, start, end))
                 stage_free[stage] = end
                 position[stage] += 1
                 progressed = True
-                if action.kind is F:
-                    targets = [(t, F) for t in downstream[stage]]
-                elif action.kind in (B, I):
-                    targets = [(p, B) for p in upstream[stage]]
-                else:
-                    targets = []
-                for to, direction in targets:
+                for to, direction in wiring.targets(action):
                     done = send(stage, to, direction, action.microbatch, end if overlap else stage_free[stage])
                     if not overlap:
                         stage_free[stage] = done
-    # check_schedule proved the schedule deadlock-free, so every action ran
-    assert all(position[s] == len(schedule.stages[s]) for s in range(count))
-    memory = tuple(_memory(stage_timings, costs.stages[s].activation_bytes) for s, stage_timings in enumerate(timings))
-    return PipelineTimeline(schedule, overlap, tuple(tuple(t) for t in timings), tuple(transfers), memory)
+    return timings, transfers
+
+
+def _run_on_hosts(schedule: PipelineSchedule, wiring: _Wiring,
+                  overlap: bool) -> tuple[list[list[ActionTiming]], list[TransferTiming]]:
+    """``links="host"``: a transfer holds its sender's egress and its
+    receiver's ingress. Which transfer goes first depends on what else is
+    ready at that moment, so this runs on a simulated clock: at each moment
+    it delivers what ends then, starts every action whose stage is free and
+    whose inputs are there, and only then starts waiting transfers in ready
+    order (module docstring)."""
+    count = schedule.stage_count
+    arrival: Arrivals = {}
+    position = [0] * count
+    free = [True] * count                # the stage neither computes nor waits for its own sends
+    unsent: list[list[tuple[int, ActionKind, int]]] = [[] for _ in range(count)]   # overlap=False: sends to go
+    produced = [0] * count               # transfers each stage has produced (the tie rule's last key)
+    egress_busy = [False] * count
+    ingress_busy = [False] * count
+    waiting: list[tuple[float, int, int, int, ActionKind, int]] = []   # (ready, from, nth, to, direction, m)
+    ending: list[tuple[float, int, tuple]] = []       # (time, order, (stage, action) or (from, to, direction, m))
+    order = counter()
+    timings: list[list[ActionTiming]] = [[] for _ in range(count)]
+    transfers: list[TransferTiming] = []
+    now = 0.0
+
+    def post(stage: int, to: int, direction: ActionKind, m: int) -> None:
+        heapq.heappush(waiting, (now, stage, produced[stage], to, direction, m))
+        produced[stage] += 1
+
+    def action_ends(stage: int, action: Action) -> None:
+        sends = [(to, direction, action.microbatch) for to, direction in wiring.targets(action)]
+        if overlap:
+            for send in sends:
+                post(stage, *send)
+        else:                            # one after the other, as under "edge", the stage held until the last ends
+            unsent[stage] = sends[1:]
+            if sends:
+                post(stage, *sends[0])
+        free[stage] = overlap or not sends
+
+    def transfer_ends(stage: int, to: int, direction: ActionKind, m: int) -> None:
+        arrival[(stage, to, direction, m)] = now
+        egress_busy[stage] = ingress_busy[to] = False
+        if not overlap:
+            if unsent[stage]:
+                post(stage, *unsent[stage].pop(0))
+            else:
+                free[stage] = True
+
+    def start_actions() -> bool:
+        started = False
+        for stage, actions in enumerate(schedule.stages):
+            if not free[stage] or position[stage] == len(actions):
+                continue
+            action = actions[position[stage]]
+            if wiring.inputs(action, arrival) is None:      # an input is known only once it has arrived
+                continue
+            end = now + wiring.compute_seconds[stage][action.kind]
+            timings[stage].append(ActionTiming(action, now, end))
+            free[stage] = False
+            position[stage] += 1
+            heapq.heappush(ending, (end, next(order), (stage, action)))
+            started = True
+        return started
+
+    def start_transfers() -> None:
+        blocked = []
+        while waiting:
+            item = heapq.heappop(waiting)
+            _, stage, _, to, direction, m = item
+            if egress_busy[stage] or ingress_busy[to]:
+                blocked.append(item)
+                continue
+            end = now + wiring.transfer_seconds[(stage, to)]
+            egress_busy[stage] = ingress_busy[to] = True
+            transfers.append(TransferTiming(stage, to, direction, m, now, end))
+            heapq.heappush(ending, (end, next(order), (stage, to, direction, m)))
+        for item in blocked:
+            heapq.heappush(waiting, item)
+
+    while True:
+        while True:                      # everything that happens at `now`, zero-length work included
+            while ending and ending[0][0] <= now:
+                what = heapq.heappop(ending)[2]
+                if len(what) == 2:
+                    action_ends(*what)
+                else:
+                    transfer_ends(*what)
+            if start_actions():
+                continue
+            before = len(transfers)
+            start_transfers()
+            if len(transfers) == before and not (ending and ending[0][0] <= now):
+                break
+        if not ending:
+            break
+        now = ending[0][0]
+    assert not waiting
+    return timings, transfers
 
 
 def _memory(timings: list[ActionTiming], activation: int) -> tuple[tuple[float, int], ...]:

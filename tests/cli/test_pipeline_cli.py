@@ -44,7 +44,8 @@ def test_all_compares_every_schedule_with_1f1b_and_writes_the_json(capsys, tmp_p
     assert [line.split()[0] for line in table[1:5]] == list(SCHEDULE_NAMES)
     assert table[2].split()[3] == "1.000"
     data = json.loads(path.read_text())
-    assert (data["stages"], data["microbatches"], data["profile"], data["overlap"]) == (4, 8, "u-transformer", True)
+    assert (data["stages"], data["microbatches"], data["profile"], data["overlap"], data["links"]) == \
+        (4, 8, "u-transformer", True, "edge")
     assert PipelineCosts.parse(data["costs"]).stage_count == 4
     by_name = {s["name"]: s for s in data["schedules"]}
     assert list(by_name) == list(SCHEDULE_NAMES)
@@ -75,6 +76,29 @@ def test_json_to_stdout_is_only_json_and_no_overlap_is_slower(capsys):
     assert blocked["schedules"][0]["iteration_seconds"] > overlapped["schedules"][0]["iteration_seconds"]
 
 
+def test_links_host_shares_each_stages_nic(capsys):
+    """4 stages, F 2 ms, B 4 ms, 5.4 ms each way: sharing a NIC slows the pipeline, and eager-1F1B's
+    lead over 1F1B shrinks; with 2 stages both link models agree."""
+    common = ("--microbatches", "8", "--forward-seconds", "0.002", "--backward-seconds", "0.004",
+              "--comm-seconds", "0.0054", "--json", "-")
+    found = {}
+    for stages in ("2", "4"):
+        for links in ("edge", "host"):
+            code, out, err = run(capsys, "--stages", stages, "--links", links, *common)
+            assert code == 0, err
+            data = json.loads(out)
+            assert data["links"] == links
+            found[(stages, links)] = {s["name"]: s["iteration_seconds"] for s in data["schedules"]}
+    assert found[("2", "edge")] == found[("2", "host")]
+    for name in SCHEDULE_NAMES:
+        assert found[("4", "host")][name] >= found[("4", "edge")][name]
+    edge, host = found[("4", "edge")], found[("4", "host")]
+    assert host["eager-1f1b"] > edge["eager-1f1b"]
+    assert host["eager-1f1b"] / host["1f1b"] > edge["eager-1f1b"] / edge["1f1b"]
+    code, out, _ = run(capsys, "--stages", "3", "--microbatches", "2", "--schedule", "1f1b", "--links", "host")
+    assert code == 0 and "links: host (each stage's sends share its egress" in out.splitlines()[1]
+
+
 def test_the_gantt_chart_is_a_png(capsys, tmp_path):
     png = tmp_path / "g.png"
     code, _, err = run(capsys, "--stages", "3", "--microbatches", "4", "--gantt", str(png))
@@ -92,6 +116,7 @@ def test_the_gantt_chart_is_a_png(capsys, tmp_path):
     (["--profile", "resnet"], "--profile"),
     (["--comm-seconds", "-1"], "--comm-seconds"),
     (["--weight-share", "2"], "--weight-share"),
+    (["--links", "nic"], "--links"),
     (["--skip-seconds", "1"], "--skip-seconds applies to --profile u-transformer only"),
     (["--json", "/nowhere/x.json"], "folder /nowhere does not exist"),
     (["--gantt", "/nowhere/x.png"], "folder /nowhere does not exist"),

@@ -1,6 +1,7 @@
 """The pipeline simulator (§4, §5.3.2): hand-computed timelines, the paper's
-claims about eager-1F1B and backward weight delaying, memory, and a
-dependency check of every timeline over random pipelines."""
+claims about eager-1F1B and backward weight delaying, memory, a dependency
+check of every timeline over random pipelines, and the two link models
+(a channel per directed edge; a stage's egress and ingress shared, §3)."""
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +18,7 @@ from optimizer_service.resharding.pipeline_schedules import (
     gpipe,
     one_f_one_b,
 )
-from optimizer_service.resharding.pipeline_sim import PipelineTimeline, simulate
+from optimizer_service.resharding.pipeline_sim import LINK_MODELS, PipelineTimeline, TransferTiming, simulate
 from optimizer_service.resharding.pipeline_validate import ScheduleError
 
 F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
@@ -123,10 +124,63 @@ def respects_dependencies(t: PipelineTimeline, costs: PipelineCosts) -> None:
         assert x.start >= producer - eps
     for channel in {x.channel for x in t.transfers}:
         mine = [x for x in t.transfers if x.channel == channel]
+        mine.sort(key=lambda x: (x.microbatch, x.direction is B))                # the sender's order on one edge
         for before, after in zip(mine, mine[1:]):
             assert after.start >= before.end - eps                                # one transfer at a time, FIFO
+    if not t.overlap:
+        for s, stage in enumerate(t.actions):
+            for a, after in zip(stage, stage[1:]):     # the stage is held until its sends, in turn, are done
+                sent = sorted((x for x in t.transfers if x.from_stage == s and x.microbatch == a.action.microbatch
+                               and x.direction is (F if a.action.kind is F else B)), key=lambda x: x.to_stage)
+                if a.action.kind is not W:
+                    for before, later in zip(sent, sent[1:]):
+                        assert later.start >= before.end - eps
+                    assert after.start >= max((x.end for x in sent), default=a.end) - eps
+    if t.links == "host":
+        shares_the_nics(t, ready_times(t))
     assert t.iteration_seconds == pytest.approx(max(ended.values()))
     assert 0 <= t.bubble_fraction < 1 or t.iteration_seconds == 0
+
+
+def ready_times(t: PipelineTimeline) -> dict[TransferTiming, float]:
+    """When each transfer was ready: its action's end, or under ``overlap=False`` the end of the send before it."""
+    ended = {(a.action.stage, a.action.kind is F, a.action.microbatch): a.end
+             for stage in t.actions for a in stage if a.action.kind is not W}
+    ready = {}
+    for x in t.transfers:
+        ready[x] = ended[(x.from_stage, x.direction is F, x.microbatch)]
+        if not t.overlap:
+            earlier = [y for y in t.transfers if (y.from_stage, y.direction, y.microbatch) ==
+                       (x.from_stage, x.direction, x.microbatch) and y.to_stage < x.to_stage]
+            ready[x] = max([ready[x]] + [y.end for y in earlier])
+    return ready
+
+
+def shares_the_nics(t: PipelineTimeline, ready: dict[TransferTiming, float]) -> None:
+    """``links="host"``: each stage's egress and ingress carry one transfer at a time; a waiting transfer
+    starts as soon as both of its ends are free; one ready later passes it only when its other end is busy."""
+    eps = 1e-9
+    ends = {x: (("out", x.from_stage), ("in", x.to_stage)) for x in t.transfers}
+    timed = [x for x in t.transfers if x.end > x.start + eps]
+
+    def busy(end: tuple[str, int], moment: float, besides: TransferTiming | None = None) -> bool:
+        return any(end in ends[y] and y.start <= moment + eps and y.end > moment + eps and y != besides
+                   for y in timed)
+
+    for end in {e for pair in ends.values() for e in pair}:
+        mine = sorted((x for x in timed if end in ends[x]), key=lambda x: x.start)
+        for before, after in zip(mine, mine[1:]):
+            assert after.start >= before.end - eps, f"{end} carries {before} and {after} at once"
+    for x in t.transfers:
+        assert x.start >= ready[x] - eps
+        moments = [ready[x]] + [y.end for y in timed if set(ends[y]) & set(ends[x]) and ready[x] < y.end < x.start]
+        for moment in moments:
+            if moment < x.start - eps:              # it waited: one of its ends was busy then
+                assert any(busy(end, moment) for end in ends[x]), f"{x} waited at {moment} with both ends free"
+        for y in t.transfers:
+            if set(ends[y]) & set(ends[x]) and ready[x] < ready[y] - eps and y.start < x.start - eps:
+                assert ready[x] > y.start + eps or any(busy(end, y.start, besides=y) for end in ends[x]), \
+                    f"{y} passed {x}, which was ready first and could have gone"
 
 
 def profile(draw_stages, data, homogeneous: bool) -> PipelineCosts:
@@ -145,13 +199,15 @@ def profile(draw_stages, data, homogeneous: bool) -> PipelineCosts:
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 12), st.booleans(), st.booleans(), st.data())
+@given(st.integers(1, 6), st.integers(1, 12), st.booleans(), st.booleans(), st.sampled_from(LINK_MODELS),
+       st.data())
 def test_every_schedule_validates_and_its_timeline_respects_every_dependency(stages, microbatches, homogeneous,
-                                                                            overlap, data):
+                                                                            overlap, links, data):
     costs = profile(stages, data, homogeneous)
     for name in SCHEDULE_NAMES:
-        schedule = build_schedule(name, stages, microbatches, costs, overlap)
-        t = simulate(schedule, costs, overlap)
+        schedule = build_schedule(name, stages, microbatches, costs, overlap, links=links)
+        t = simulate(schedule, costs, overlap, links)
+        assert t.links == links
         respects_dependencies(t, costs)
 
 
@@ -241,3 +297,87 @@ def test_the_timeline_prints_and_finds_actions():
     assert t.timing(Action.parse("1B0")).end == 4
     with pytest.raises(InvalidInputError, match="not in schedule"):
         t.timing(Action.parse("1B5"))
+
+
+def by_action(t: PipelineTimeline) -> dict[str, tuple[float, float]]:
+    return {str(a.action): (a.start, a.end) for stage in t.actions for a in stage}
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 12), st.booleans(), st.booleans(), st.data())
+def test_two_stages_time_the_same_on_hosts_as_on_edges(microbatches, homogeneous, overlap, data):
+    """With two stages stage 0's egress carries only 0>1 and stage 1's only 1>0 (and so the ingresses):
+    sharing a NIC changes nothing, to the last bit."""
+    costs = profile(2, data, homogeneous)
+    for name in SCHEDULE_NAMES:
+        schedule = build_schedule(name, 2, microbatches, costs, overlap)
+        edge, host = simulate(schedule, costs, overlap), simulate(schedule, costs, overlap, "host")
+        assert host.actions == edge.actions and host.memory == edge.memory
+        assert sorted(map(str, host.transfers)) == sorted(map(str, edge.transfers))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(3, 6), st.integers(1, 12), st.booleans(), st.booleans(), st.data())
+def test_sharing_a_nic_never_makes_anything_sooner(stages, microbatches, homogeneous, overlap, data):
+    """Every constraint of the edge model still holds on hosts, and the edge model's times are the earliest
+    those constraints allow: no action starts sooner on hosts."""
+    costs = profile(stages, data, homogeneous)
+    for name in SCHEDULE_NAMES:
+        schedule = build_schedule(name, stages, microbatches, costs, overlap)
+        edge, host = by_action(simulate(schedule, costs, overlap)), by_action(simulate(schedule, costs, overlap,
+                                                                                       "host"))
+        assert all(host[a][0] >= edge[a][0] - 1e-9 for a in edge)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "eager-1f1b", "eager-1f1b-wd"])
+def test_four_stages_with_heavy_communication_are_slower_on_hosts(schedule):
+    """F 2 ms, B 4 ms, 5.4 ms each way: a middle stage's egress carries its forwards and its gradients."""
+    costs = gpt_like(4, forward_seconds=0.002, backward_seconds=0.004, comm_seconds=0.0054)
+    plans = {links: build_schedule(schedule, 4, 8, costs, links=links) for links in LINK_MODELS}
+    edge = simulate(plans["edge"], costs)
+    host = simulate(plans["host"], costs, links="host")
+    assert host.iteration_seconds > edge.iteration_seconds
+    assert simulate(plans["edge"], costs, links="host").iteration_seconds >= edge.iteration_seconds
+    respects_dependencies(host, costs)
+
+
+def test_two_sends_leaving_one_stage_serialize_by_hand():
+    """U-Transformer, 3 stages, one micro-batch: F = 1, B = 2, a boundary 1 s, the skip edge 0>2 2 s."""
+    costs = u_transformer_like(3, forward_seconds=1.0, backward_seconds=2.0, comm_seconds=1.0, skip_seconds=2.0)
+    edge = simulate(one_f_one_b(3, 1), costs)
+    # each edge its own channel: 0F0's two sends travel at once, and so do 2B0's
+    assert sorted(map(str, edge.transfers)) == ["0>1 F0 1-2", "0>2 F0 1-3", "1>0 B0 10-11", "1>2 F0 3-4",
+                                                "2>0 B0 7-9", "2>1 B0 7-8"]
+    assert edge.iteration_seconds == 13
+    host = simulate(one_f_one_b(3, 1), costs, links="host")
+    assert [str(x) for x in host.transfers] == [
+        "0>1 F0 1-2",      # stage 0's egress: to stage 1 first (destination ascending) ...
+        "0>2 F0 2-4",      # ... then the skip send, after it
+        "1>2 F0 4-5",      # ready at 3, but stage 2's ingress receives the skip send until 4
+        "2>0 B0 8-10",     # 2B0 (6-8) sends to 0 first (destination ascending) ...
+        "2>1 B0 10-11",    # ... then to 1, which waits for it
+        "1>0 B0 13-14",    # 1B0 11-13
+    ]
+    assert by_action(host) == {"0F0": (0, 1), "1F0": (2, 3), "2F0": (5, 6), "2B0": (6, 8), "1B0": (11, 13),
+                               "0B0": (14, 16)}
+    assert host.iteration_seconds == 16
+
+
+def test_a_later_transfer_passes_one_whose_sender_is_busy():
+    """Greedy service, U-Transformer, 3 stages, GPipe, 2 micro-batches, every transfer 1 s: 0F1's skip send
+    (ready at 2) waits for stage 0's egress, so 1F0's send (ready at 3) takes stage 2's ingress first."""
+    costs = u_transformer_like(3, forward_seconds=1.0, backward_seconds=2.0, comm_seconds=1.0)
+    host = simulate(gpipe(3, 2), costs, links="host")
+    assert [str(x) for x in host.transfers if x.direction is F] == [
+        "0>1 F0 1-2", "0>2 F0 2-3",      # 0F0 (0-1) sends to 1, then over the skip edge
+        "0>1 F1 3-4",                    # 0F1 (1-2): its sends wait for 0F0's (ready 2 < ready 2 of the skip)
+        "1>2 F0 3-4",                    # 1F0 (2-3): stage 1's egress and stage 2's ingress are free at 3
+        "0>2 F1 4-5",                    # ready at 2, it goes after 1>2 F0 (ready at 3)
+        "1>2 F1 5-6"]                    # 1F1 (4-5)
+    assert by_action(host)["2F0"] == (4, 5) and by_action(host)["2F1"] == (6, 7)
+    respects_dependencies(host, costs)
+
+
+def test_an_unknown_link_model_is_refused():
+    with pytest.raises(InvalidInputError, match="link model 'nic' is not one of edge, host"):
+        simulate(one_f_one_b(2, 2), toy(0.0), links="nic")
