@@ -88,3 +88,35 @@ def test_dashboard_benchmark_runs_end_to_end(tmp_path):
     assert data["concurrent"]["n"] == 20 and data["cpu"]["requests_served"] == 10 * len(data["routes"])
     assert (tmp_path / "dashboard.png").stat().st_size > 10_000
     assert dashboard_bench.main(["--jobs", "0"]) == 2
+
+
+def test_resharding_benchmark_simulated_part(tmp_path):
+    from benchmarks import resharding as reshard_bench
+    assert reshard_bench.main(["--simulate-only", "--microbatches", "8", "--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "resharding.json").read_text())
+    sim = data["pipeline_simulated"]
+    assert sim["stages"] == 4 and sim["microbatches"] == 8
+    assert all(seconds > 0 for seconds in sim["boundary_seconds"] + sim["skip_seconds"])
+    for profile in ("gpt", "u-transformer"):
+        rows = sim["profiles"][profile]["schedules"]
+        assert set(rows) == {"1f1b", "eager-1f1b", "eager-1f1b-wd", "1f1b, no overlap", "signal send/recv"}
+        assert rows["signal send/recv"]["iteration_seconds"] <= rows["eager-1f1b"]["iteration_seconds"]
+    assert (tmp_path / "resharding.png").stat().st_size > 10_000
+
+
+@pytest.mark.netns
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.skipif(not can_manage_namespaces(), reason="needs CAP_NET_ADMIN (run as root) for the emulated cluster")
+def test_resharding_benchmark_measures_table2_cases(tmp_path):
+    from benchmarks import resharding as reshard_bench
+    assert reshard_bench.main(["--cases", "case3,case8", "--shape-divisor", "32", "--repeat", "1",
+                               "--skip", "pipeline_simulated,pipeline_real", "--out", str(tmp_path)]) == 0
+    table2 = json.loads((tmp_path / "resharding.json").read_text())["table2"]
+    assert [row["name"] for row in table2["cases"]] == ["case3", "case8"]
+    assert table2["cluster"]["nodes"] == 5 and table2["cluster"]["per_node"] == 4
+    for row in table2["cases"]:
+        assert [s["name"] for s in row["systems"]] == [label for label, *_ in reshard_bench.SYSTEMS]
+        assert all(s["measured_seconds"] > 0 and s["predicted_seconds"] > 0 for s in row["systems"])
+        assert row["lower_bound_seconds"] > 0
+    assert set(table2["findings"]["speedup_over_send_recv"]) == {"case3"}
