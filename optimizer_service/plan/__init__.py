@@ -11,7 +11,11 @@ both planes share:
   Figure 6) and their data layout on a flat tensor;
 * the installed plan (:class:`OpKey`, :class:`OpPlan`, :class:`Plan`;
   Syndicate §4.4, Pseudocode 2), its numeric check and its JSON codec;
-* the trace schema the enforcer writes and the optimizer reads.
+* the trace schema the enforcer writes and the optimizer reads;
+* lowered cross-mesh resharding programs (:mod:`.resharding`: ``Box``,
+  ``ReshardTask``, ``ReshardProgram``) and pipeline schedules
+  (:mod:`.pipeline`: ``Action`` ``"2F0"``, ``PipelineSchedule``; Zhuang et
+  al., MLSys 2023).
 
 May import: nothing of ``optimizer_service`` but ``errors`` and ``units``.
 """

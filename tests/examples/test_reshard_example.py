@@ -2,9 +2,8 @@
 it starts itself and as one rank per process under an env:// launcher (what torchrun and ``p2 cluster run`` do).
 
 The example checks every destination's slice itself and fails otherwise; here
-its JSON must say what ran. The launched job's rendezvous store is a
-``TCPStore(port=0)`` in this process that every rank joins as a client
-(``TORCHELASTIC_USE_AGENT_STORE``), so no port is guessed.
+its JSON must say what ran. The launcher is the training examples' one
+(:func:`tests.examples.test_training_examples.launch_ranks`).
 """
 
 from __future__ import annotations
@@ -13,10 +12,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.examples.test_training_examples import launch_ranks
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "reshard.py"
@@ -44,36 +44,10 @@ def test_runs_on_local_ranks_it_starts(tmp_path):
 
 
 def test_runs_as_one_rank_per_process_under_a_launcher(tmp_path):
-    import torch.distributed as dist
-
     out = tmp_path / "reshard.json"
-    server = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port), "WORLD_SIZE": "4",
-           "TORCHELASTIC_USE_AGENT_STORE": "True", "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, str(SCRIPT), *FLAGS, "--strategy", "global-allgather", "--backend", "p2enforcer",
                "--json", str(out)]
-    logs = [tmp_path / f"rank{rank}.log" for rank in range(4)]
-    procs = []
-    try:
-        for rank, log in enumerate(logs):
-            with log.open("w") as sink:
-                procs.append(subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
-                                              env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}))
-        deadline = time.monotonic() + TIMEOUT
-        while any(proc.poll() is None for proc in procs) and time.monotonic() < deadline:
-            failed = [rank for rank, proc in enumerate(procs) if proc.poll() not in (None, 0)]
-            if failed:
-                break
-            time.sleep(0.05)
-        codes = [proc.poll() for proc in procs]
-        bad = [rank for rank, code in enumerate(codes) if code != 0]
-        assert not bad, f"rank {bad[0]} exited with {codes[bad[0]]}:\n{logs[bad[0]].read_text()[-3000:]}"
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        del server
+    launch_ranks(command, 4, tmp_path, label="examples/reshard.py")
     check(json.loads(out.read_text()), 4, "global-allgather")
 
 

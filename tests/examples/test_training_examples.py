@@ -72,7 +72,19 @@ def rank_command(script: str, backend: str, steps: int, json_path: Path | None, 
 def run_job(script: str, backend: str, world_size: int, steps: int, folder: Path,
             extra_env: dict[str, str] | None = None, flags: Sequence[str] = ()) -> tuple[dict, list[str]]:
     """Run ``script`` as ``world_size`` ranks (with the script's own ``flags``); returns rank 0's JSON
-    and every rank's output.
+    and every rank's output."""
+    json_path = folder / "result.json"
+    logs = launch_ranks(rank_command(script, backend, steps, json_path, flags), world_size, folder, extra_env,
+                        f"{script} --backend {backend}")
+    return json.loads(json_path.read_text()), logs
+
+
+def launch_ranks(command: Sequence[str], world_size: int, folder: Path, extra_env: dict[str, str] | None = None,
+                 label: str = "") -> list[str]:
+    """Run ``command`` as ``world_size`` ranks under an env:// rendezvous (what
+    torchrun and ``p2 cluster run`` do: one process per rank, the store a
+    ``TCPStore(port=0)`` in this process that every rank joins as a client);
+    returns every rank's output.
 
     The first rank to fail (or a job past ``RUN_TIMEOUT``) kills the others and
     fails the test with that rank's output.
@@ -80,7 +92,6 @@ def run_job(script: str, backend: str, world_size: int, steps: int, folder: Path
     import torch.distributed as dist
 
     folder.mkdir(parents=True, exist_ok=True)
-    json_path = folder / "result.json"
     server = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(server.port),
            "WORLD_SIZE": str(world_size), "LOCAL_WORLD_SIZE": str(world_size),
@@ -92,7 +103,7 @@ def run_job(script: str, backend: str, world_size: int, steps: int, folder: Path
         for rank, log in enumerate(logs):
             with log.open("w") as out:
                 procs.append(subprocess.Popen(
-                    rank_command(script, backend, steps, json_path, flags), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+                    list(command), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
                     env={**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}))
         deadline = time.monotonic() + RUN_TIMEOUT
         while True:
@@ -103,7 +114,7 @@ def run_job(script: str, backend: str, world_size: int, steps: int, folder: Path
             if failed or time.monotonic() > deadline:
                 rank = failed[0] if failed else codes.index(None)
                 why = f"exited with code {codes[rank]}" if failed else f"ran past {RUN_TIMEOUT:.0f} s"
-                pytest.fail(f"{script} --backend {backend}, {world_size} ranks: rank {rank} {why}:\n"
+                pytest.fail(f"{label or command[1]}, {world_size} ranks: rank {rank} {why}:\n"
                             f"{logs[rank].read_text()[-4000:]}")
             time.sleep(0.05)
     finally:
@@ -112,7 +123,7 @@ def run_job(script: str, backend: str, world_size: int, steps: int, folder: Path
                 proc.kill()
                 proc.wait()
         del server
-    return json.loads(json_path.read_text()), [log.read_text() for log in logs]
+    return [log.read_text() for log in logs]
 
 
 @pytest.fixture(scope="module")
