@@ -5,14 +5,18 @@ before its first collective, a pipeline it could not run to the end — a
 mistake here would otherwise show up as ranks waiting forever for a tensor
 nobody sends. Each check raises :class:`InvalidInputError` with one line.
 
-* **Schedule**: per stage and micro-batch one ``F``, and one whole backward
+* **Schedule**: the planner's own validator,
+  :func:`optimizer_service.plan.pipeline_validate.check_schedule` (in the
+  contract package, so both planes accept the same schedules with the same
+  messages): per stage and micro-batch one ``F``, and one whole backward
   ``B`` or one ``I`` and one ``W`` (backward weight delaying); ``F`` before the
-  backward, ``I`` before ``W``. Then a dry run in unit steps, as the planner's
-  validator does (:mod:`optimizer_service.resharding.pipeline_validate`, which
-  the enforcer may not import): in each step every stage runs its next action
-  if what it needs from another stage ran in an earlier step (``F(s, m)`` needs
-  ``F(s-1, m)``; ``B``/``I`` of ``(s, m)`` needs the backward of ``(s+1, m)``);
-  a step where no stage can run is a deadlock.
+  backward, ``I`` before ``W``. Then a dry run in unit steps: in each step
+  every stage runs its next action if what it needs from another stage ran in
+  an earlier step (``F(s, m)`` needs ``F(s-1, m)``; ``B``/``I`` of ``(s, m)``
+  needs the backward of ``(s+1, m)``); a step where no stage can run is a
+  deadlock. Its :class:`~optimizer_service.plan.pipeline_validate.ScheduleError`
+  is an :class:`InvalidInputError` whose message is one line (the stage ×
+  step grid rides along in ``grid``).
 * **Meshes**: one per stage, non-empty, disjoint, ranks inside the world.
 * **Boundary programs**: ``S-1`` forward and ``S-1`` backward programs; the
   forward program of boundary ``s`` moves the activation from the ranks of
@@ -27,80 +31,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from optimizer_service.plan import InvalidInputError
-from optimizer_service.plan.pipeline import Action, ActionKind, PipelineSchedule
+from optimizer_service.plan.pipeline import PipelineSchedule
+from optimizer_service.plan.pipeline_validate import check_schedule
 from optimizer_service.plan.resharding import ReshardProgram
-
-F, B, IN, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
-
-
-def check_structure(schedule: PipelineSchedule) -> None:
-    """Every stage runs every micro-batch's forward once and its backward once, in a possible order."""
-    for stage, actions in enumerate(schedule.stages):
-        seen: set[tuple[ActionKind, int]] = set()
-        for action in actions:
-            kind, m = action.kind, action.microbatch
-            where = f"schedule {schedule.name}: stage {stage}"
-            if (kind, m) in seen:
-                raise InvalidInputError(f"{where} runs {action} twice; each action runs once per iteration")
-            if kind is not F and (F, m) not in seen:
-                raise InvalidInputError(f"{where} runs {action} before {Action(stage, F, m)}")
-            if kind is W and (IN, m) not in seen:
-                raise InvalidInputError(f"{where} runs {action} before {Action(stage, IN, m)}")
-            if kind is B and ((IN, m) in seen or (W, m) in seen) or kind in (IN, W) and (B, m) in seen:
-                raise InvalidInputError(f"{where} mixes B with I/W for micro-batch {m}; use B, or I then W")
-            seen.add((kind, m))
-        for m in range(schedule.microbatches):
-            missing = [Action(stage, F, m)] if (F, m) not in seen else []
-            if (B, m) not in seen and (IN, m) not in seen:
-                missing.append(Action(stage, B, m))
-            if (IN, m) in seen and (W, m) not in seen:
-                missing.append(Action(stage, W, m))
-            if missing:
-                raise InvalidInputError(f"schedule {schedule.name}: stage {stage} never runs {missing[0]}; every "
-                                        f"stage runs each of the {schedule.microbatches} micro-batches forward "
-                                        "and backward")
-
-
-def _needs(action: Action, stages: int) -> tuple[int, str, int] | None:
-    """What ``action`` waits for from another stage: ``(stage, "F" or "B", micro-batch)``."""
-    if action.kind is F and action.stage > 0:
-        return action.stage - 1, "F", action.microbatch
-    if action.kind in (B, IN) and action.stage + 1 < stages:
-        return action.stage + 1, "B", action.microbatch
-    return None
-
-
-def check_deadlock(schedule: PipelineSchedule) -> int:
-    """Dry-run ``schedule`` in unit steps; return the steps it takes or raise on a deadlock."""
-    stages = schedule.stage_count
-    position = [0] * stages
-    done: dict[tuple[int, str, int], int] = {}
-    left, step = sum(len(actions) for actions in schedule.stages), 0
-    while left:
-        ran = []
-        for stage, actions in enumerate(schedule.stages):
-            if position[stage] < len(actions):
-                action = actions[position[stage]]
-                wanted = _needs(action, stages)
-                if wanted is None or done.get(wanted, step) < step:
-                    ran.append(action)
-        if not ran:
-            stuck = [schedule.stages[s][position[s]] for s in range(stages) if position[s] < len(schedule.stages[s])]
-            waits = ", ".join(f"{a} waits for {_name(_needs(a, stages))}" for a in stuck)
-            raise InvalidInputError(f"schedule {schedule.name} deadlocks after {step} steps: {waits}; reorder "
-                                    "the stages' actions so each one's input is produced first")
-        for action in ran:
-            position[action.stage] += 1
-            if action.kind is not W:
-                done[(action.stage, "F" if action.kind is F else "B", action.microbatch)] = step
-            left -= 1
-        step += 1
-    return step
-
-
-def _name(wanted: tuple[int, str, int] | None) -> str:
-    stage, kind, m = wanted if wanted is not None else (-1, "?", -1)
-    return f"{stage}F{m}" if kind == "F" else f"the backward of micro-batch {m} on stage {stage}"
 
 
 def check_meshes(meshes: Sequence[Sequence[int]], stages: int, world: int) -> None:
@@ -153,9 +86,8 @@ def check_programs(meshes: Sequence[Sequence[int]], forward: Sequence[ReshardPro
 
 def check_pipeline(schedule: PipelineSchedule, meshes: Sequence[Sequence[int]], forward: Sequence[ReshardProgram],
                    backward: Sequence[ReshardProgram], world: int) -> int:
-    """All of the above; returns the schedule's unit steps."""
-    check_structure(schedule)
-    steps = check_deadlock(schedule)
+    """All of the above; returns the schedule's unit steps (its dry run's)."""
+    steps = check_schedule(schedule).steps
     check_meshes(meshes, schedule.stage_count, world)
     check_programs(meshes, forward, backward)
     return steps

@@ -15,7 +15,9 @@ both planes share:
 * lowered cross-mesh resharding programs (:mod:`.resharding`: ``Box``,
   ``ReshardTask``, ``ReshardProgram``) and pipeline schedules
   (:mod:`.pipeline`: ``Action`` ``"2F0"``, ``PipelineSchedule``; Zhuang et
-  al., MLSys 2023).
+  al., MLSys 2023), and the one validator of a schedule both planes run
+  (:mod:`.pipeline_validate`: structure checks and a unit-step dry run that
+  finds deadlocks, ``check_schedule``, ``ScheduleError``).
 
 May import: nothing of ``optimizer_service`` but ``errors`` and ``units``.
 """

@@ -24,8 +24,10 @@ Pipeline schedules (§4), on the contract's
 
 * :mod:`.pipeline_schedules` — GPipe, 1F1B, eager-1F1B and eager-1F1B with
   backward weight delaying;
-* :mod:`.pipeline_validate` — structure checks and a dry run that renders the
-  stage × step grid with ``<-- ERROR HERE``;
+* :func:`check_schedule` (re-exported from the contract's
+  :mod:`optimizer_service.plan.pipeline_validate`, which the enforcer shares)
+  — structure checks and a dry run that renders the stage × step grid with
+  ``<-- ERROR HERE``;
 * :mod:`.pipeline_costs` — per-stage compute and per-edge communication
   (GPT-like and U-Transformer-like profiles);
 * :mod:`.pipeline_sim` — the simulator: iteration time, bubbles, activation
@@ -34,6 +36,7 @@ Pipeline schedules (§4), on the contract's
 May import: ``hardware``, ``plan`` (and ``errors``, ``units``).
 """
 
+from optimizer_service.plan.pipeline_validate import ScheduleError, check_schedule
 from optimizer_service.resharding.bounds import LowerBound, host_bandwidth, lower_bound, lower_bound_seconds
 from optimizer_service.resharding.cases import PAPER_SHAPE, TABLE2_CASES, ReshardCase, scaled_shape, table2_case
 from optimizer_service.resharding.mesh import Mesh, host_of, parse_mesh, parse_mesh_shape, place_meshes
@@ -49,7 +52,6 @@ from optimizer_service.resharding.planner import (
 from optimizer_service.resharding.pipeline_costs import CommEdge, PipelineCosts, StageCost, gpt_like, u_transformer_like
 from optimizer_service.resharding.pipeline_schedules import SCHEDULE_NAMES, build_schedule
 from optimizer_service.resharding.pipeline_sim import PipelineTimeline, simulate
-from optimizer_service.resharding.pipeline_validate import ScheduleError, check_schedule
 from optimizer_service.resharding.request import ReshardRequest, build_request, request_from_endpoints
 from optimizer_service.resharding.schedule import (
     Schedule,

@@ -38,7 +38,7 @@ remaining backwards (the cool-down).
   order; those delayed past the stage's last action run at its end.
 
 :func:`build_schedule` makes any of them by name; every schedule made here
-passes :func:`optimizer_service.resharding.pipeline_validate.check_schedule`.
+passes :func:`optimizer_service.plan.pipeline_validate.check_schedule`.
 """
 
 from __future__ import annotations

@@ -71,8 +71,8 @@ from itertools import count as counter
 
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.pipeline import Action, ActionKind, PipelineSchedule
+from optimizer_service.plan.pipeline_validate import check_schedule
 from optimizer_service.resharding.pipeline_costs import PipelineCosts
-from optimizer_service.resharding.pipeline_validate import check_schedule
 
 F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
 #: What a transfer occupies while it runs (module docstring): its directed edge, or its two stages' NICs.

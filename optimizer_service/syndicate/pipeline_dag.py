@@ -13,8 +13,11 @@ gradient backward, each a set of motifs over global ranks — typically the
 broadcasts of the resharding planner's unit tasks (:func:`broadcasts` builds
 them from ``(ranks with the root first, elements)``).
 
-Nodes, in program order (the schedule's dry-run order, each action followed
-by the sends it makes):
+The schedule is checked first
+(:func:`optimizer_service.plan.pipeline_validate.check_schedule`: a bad
+structure or a deadlock raises its one-line error). Nodes, in program order
+(the order of its dry run, step by step and stage by stage, each action
+followed by the sends it makes):
 
 * compute ``"2F0"`` (the action's text), its seconds, on compute stream
   ``s`` (:mod:`optimizer_service.syndicate.dag`: each stage computes on its
@@ -60,6 +63,7 @@ from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Motif, comm_op
 from optimizer_service.plan.pipeline import Action, ActionKind, PipelineSchedule
+from optimizer_service.plan.pipeline_validate import check_schedule
 from optimizer_service.syndicate.dag import Node, TrainingDAG
 
 F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
@@ -87,36 +91,6 @@ def broadcasts(unit_tasks: Sequence[tuple[Sequence[int], int]]) -> tuple[Motif, 
     return tuple(comm_op(Collective.BROADCAST, ranks, elements) for ranks, elements in unit_tasks)
 
 
-def _program_order(schedule: PipelineSchedule) -> list[Action]:
-    """Actions in dry-run order: step by step, stage by stage (a topological order)."""
-    done: set[tuple[int, str, int]] = set()
-    position = [0] * schedule.stage_count
-    order: list[Action] = []
-    while len(order) < sum(len(a) for a in schedule.stages):
-        ran = []
-        for stage, actions in enumerate(schedule.stages):
-            if position[stage] == len(actions):
-                continue
-            _, kind, m = actions[position[stage]]
-            if kind is F and stage > 0:
-                wanted = (stage - 1, "F", m)
-            elif kind in (B, I) and stage + 1 < schedule.stage_count:
-                wanted = (stage + 1, "B", m)
-            else:
-                wanted = None
-            if wanted is None or wanted in done:
-                ran.append(actions[position[stage]])
-        if not ran:
-            raise InvalidInputError(f"schedule {schedule.name} deadlocks; check it with "
-                                    "optimizer_service.resharding.pipeline_validate.check_schedule")
-        for action in ran:
-            position[action.stage] += 1
-            if action.kind is not W:
-                done.add((action.stage, "F" if action.kind is F else "B", action.microbatch))
-        order += ran
-    return order
-
-
 def pipeline_dag(schedule: PipelineSchedule, seconds: Callable[[Action], float],
                  boundaries: Sequence[BoundaryMotifs], name: str | None = None) -> TrainingDAG:
     """The DAG of one iteration of ``schedule`` (module docstring)."""
@@ -138,7 +112,7 @@ def pipeline_dag(schedule: PipelineSchedule, seconds: Callable[[Action], float],
     previous_on_stage: dict[int, str] = {}
     weights = {s: tuple(str(a) for a in schedule.stages[s] if a.kind in (B, W)) for s in range(count)}
     lanes = {edge: k for k, edge in enumerate(sorted({e for a, b in by_pair for e in ((a, b), (b, a))}))}
-    for action in _program_order(schedule):
+    for action in check_schedule(schedule).order:
         stage, kind, m = action
         after: list[str] = []
         if kind is F:
@@ -149,7 +123,7 @@ def pipeline_dag(schedule: PipelineSchedule, seconds: Callable[[Action], float],
             after.append(str(Action(stage, F, m)))
             for (a, b), boundary in sorted(by_pair.items()):
                 if a == stage:
-                    producer = Action(b, backward_kind[(b, m)], m)   # it ran: _program_order found no deadlock
+                    producer = Action(b, backward_kind[(b, m)], m)   # it ran: check_schedule found no deadlock
                     after += _inputs(boundary.backward, f"{b}>{a}:B{m}", str(producer))
         else:
             after.append(str(Action(stage, I, m)))

@@ -25,6 +25,7 @@ from enforcer.pipeline_stage import StageCompute
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.pipeline import Action, PipelineSchedule
+from optimizer_service.plan.pipeline_validate import ScheduleError, check_schedule
 from optimizer_service.plan.resharding import ReshardProgram
 from optimizer_service.resharding.mesh import Mesh
 from optimizer_service.resharding.pipeline_schedules import build_schedule
@@ -68,20 +69,26 @@ def parse_schedule(*lines: str, microbatches: int = 2) -> PipelineSchedule:
 
 
 @pytest.mark.parametrize("lines, expected", [
-    (("0F0 0F1 0B0 0B1", "1F0 1B0 1F1"), "stage 1 never runs 1B1"),
+    (("0F0 0F1 0B0 0B1", "1F0 1B0 1F1"), ("stage 1 never runs the backward of micro-batch 1 \\(1B1 or 1I1 \\+ 1W1\\); "
+                                         "every stage runs each of the 2 micro-batches forward and backward")),
     (("0F0 0F1 0B0 0B1", "1F0 1B1 1F1 1B0"), "runs 1B1 before 1F1"),
     (("0F0 0F1 0B0 0B1", "1F0 1F0 1B0 1F1 1B1"), "runs 1F0 twice"),
-    (("0F0 0F1 0B0 0B1", "1F0 1I0 1W0 1F1 1B1 1I1 1W1"), "mixes B with I/W for micro-batch 1"),
+    (("0F0 0F1 0B0 0B1", "1F0 1I0 1W0 1F1 1B1 1I1 1W1"),
+     "mixes a whole backward B with I/W for micro-batch 1; use B, or I then W"),
     (("0F0 0F1 0B0 0B1", "1F0 1W0 1I0 1F1 1B1"), "runs 1W0 before 1I0"),
     (("0F0 0F1 0B0 0B1", "1F0 1I0 1F1 1B1"), "never runs 1W0"),
-    (("0F0 0B0 0F1 0B1", "1F1 1F0 1B1 1B0"), ("deadlocks after 1 steps: 0B0 waits for the backward of "
-                                              "micro-batch 0 on stage 1, 1F1 waits for 0F1")),
+    (("0F0 0B0 0F1 0B1", "1F1 1F0 1B1 1B0"), ("deadlocks at step 1: 0B0 waits for the backward of "
+                                              "micro-batch 0 on stage 1, 1F1 waits for 0F1; reorder")),
 ])
 def test_malformed_schedules_are_refused_in_one_line(lines, expected) -> None:
     forward, backward = two_stage_programs()
     with pytest.raises(InvalidInputError, match=expected) as caught:
         check_pipeline(parse_schedule(*lines), [[0, 1], [2, 3]], forward, backward, 4)
     assert "\n" not in str(caught.value)
+    # the runtime refuses what the planner's validator refuses, in its words
+    with pytest.raises(ScheduleError) as planner:
+        check_schedule(parse_schedule(*lines))
+    assert str(caught.value) == str(planner.value)
 
 
 def test_every_planned_schedule_passes_and_reports_its_steps() -> None:

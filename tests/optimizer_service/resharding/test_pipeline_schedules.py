@@ -1,6 +1,7 @@
 """Pipeline schedules (§4): the orders each generator makes, eager-1F1B's
 warm-up counts, and the validation that explains a bad schedule."""
 
+import pickle
 import re
 
 import pytest
@@ -22,7 +23,7 @@ from optimizer_service.resharding.pipeline_schedules import (
     warmup_1f1b,
     warmup_eager,
 )
-from optimizer_service.resharding.pipeline_validate import ScheduleError, check_schedule, render_grid
+from optimizer_service.plan.pipeline_validate import ScheduleError, check_schedule, render_grid
 
 F = ActionKind.FORWARD
 
@@ -161,13 +162,23 @@ def test_a_deadlock_is_found_by_the_dry_run_and_drawn():
     with pytest.raises(ScheduleError) as error:
         check_schedule(bad)
     assert str(error.value) == ("schedule bad deadlocks at step 2: 0B0 waits for the backward of micro-batch 0 on "
-                                "stage 1, which never comes (stage 1 waits at 1F1)")
+                                "stage 1, 1F1 waits for 0F1; reorder the stages' actions so each one's input is "
+                                "produced first")
     assert error.value.grid.splitlines() == [
         "step    0    1    2",
         "stage 0 0F0  .    0B0  <-- ERROR HERE (0B0 waits for 1B0)",
         "stage 1 .    1F0",
     ]
     assert error.value.explain().splitlines()[0] == str(error.value)
+    copy = pickle.loads(pickle.dumps(error.value))      # crosses a process boundary with its grid
+    assert type(copy) is ScheduleError and (str(copy), copy.grid) == (str(error.value), error.value.grid)
+
+
+def test_the_dry_run_order_is_step_by_step_then_stage_by_stage():
+    facts = check_schedule(one_f_one_b(2, 2))
+    # steps: 0F0 | 0F1 1F0 | 1B0 | 0B0 1F1 | 1B1 | 0B1
+    assert [str(a) for a in facts.order] == ["0F0", "0F1", "1F0", "1B0", "0B0", "1F1", "1B1", "0B1"]
+    assert facts.steps == 6
 
 
 def test_render_grid_marks_one_past_the_end():

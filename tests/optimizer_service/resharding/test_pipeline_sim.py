@@ -19,7 +19,7 @@ from optimizer_service.resharding.pipeline_schedules import (
     one_f_one_b,
 )
 from optimizer_service.resharding.pipeline_sim import LINK_MODELS, PipelineTimeline, TransferTiming, simulate
-from optimizer_service.resharding.pipeline_validate import ScheduleError
+from optimizer_service.plan.pipeline_validate import ScheduleError
 
 F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
 MIB = 2**20
