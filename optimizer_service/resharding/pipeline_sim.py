@@ -77,6 +77,10 @@ from optimizer_service.resharding.pipeline_costs import PipelineCosts
 F, B, I, W = ActionKind.FORWARD, ActionKind.BACKWARD, ActionKind.BACKWARD_INPUT, ActionKind.BACKWARD_WEIGHT
 #: What a transfer occupies while it runs (module docstring): its directed edge, or its two stages' NICs.
 LINK_MODELS = ("edge", "host")
+#: ``links="host"``: events this close (seconds) count as one moment when deciding what starts next. Sums of
+#: float durations that are equal on paper differ in their last bits; without it a NIC freeing 1e-14 s "later"
+#: loses its turn. What starts still starts at the exact time its own causes allow (the "edge" arithmetic).
+SIMULTANEOUS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -286,10 +290,13 @@ def _run_on_hosts(schedule: PipelineSchedule, wiring: _Wiring,
     arrival: Arrivals = {}
     position = [0] * count
     free = [True] * count                # the stage neither computes nor waits for its own sends
+    free_at = [0.0] * count              # ... since then
     unsent: list[list[tuple[int, ActionKind, int]]] = [[] for _ in range(count)]   # overlap=False: sends to go
     produced = [0] * count               # transfers each stage has produced (the tie rule's last key)
     egress_busy = [False] * count
     ingress_busy = [False] * count
+    egress_at = [0.0] * count            # when each egress / ingress last became free
+    ingress_at = [0.0] * count
     waiting: list[tuple[float, int, int, int, ActionKind, int]] = []   # (ready, from, nth, to, direction, m)
     ending: list[tuple[float, int, tuple]] = []       # (time, order, (stage, action) or (from, to, direction, m))
     order = counter()
@@ -297,29 +304,32 @@ def _run_on_hosts(schedule: PipelineSchedule, wiring: _Wiring,
     transfers: list[TransferTiming] = []
     now = 0.0
 
-    def post(stage: int, to: int, direction: ActionKind, m: int) -> None:
-        heapq.heappush(waiting, (now, stage, produced[stage], to, direction, m))
+    def post(stage: int, to: int, direction: ActionKind, m: int, ready: float) -> None:
+        heapq.heappush(waiting, (ready, stage, produced[stage], to, direction, m))
         produced[stage] += 1
 
-    def action_ends(stage: int, action: Action) -> None:
+    def action_ends(moment: float, stage: int, action: Action) -> None:
         sends = [(to, direction, action.microbatch) for to, direction in wiring.targets(action)]
         if overlap:
             for send in sends:
-                post(stage, *send)
+                post(stage, *send, moment)
         else:                            # one after the other, as under "edge", the stage held until the last ends
             unsent[stage] = sends[1:]
             if sends:
-                post(stage, *sends[0])
+                post(stage, *sends[0], moment)
         free[stage] = overlap or not sends
+        free_at[stage] = moment
 
-    def transfer_ends(stage: int, to: int, direction: ActionKind, m: int) -> None:
-        arrival[(stage, to, direction, m)] = now
+    def transfer_ends(moment: float, stage: int, to: int, direction: ActionKind, m: int) -> None:
+        arrival[(stage, to, direction, m)] = moment
         egress_busy[stage] = ingress_busy[to] = False
+        egress_at[stage] = ingress_at[to] = moment
         if not overlap:
             if unsent[stage]:
-                post(stage, *unsent[stage].pop(0))
+                post(stage, *unsent[stage].pop(0), moment)
             else:
                 free[stage] = True
+                free_at[stage] = moment
 
     def start_actions() -> bool:
         started = False
@@ -327,10 +337,12 @@ def _run_on_hosts(schedule: PipelineSchedule, wiring: _Wiring,
             if not free[stage] or position[stage] == len(actions):
                 continue
             action = actions[position[stage]]
-            if wiring.inputs(action, arrival) is None:      # an input is known only once it has arrived
+            inputs = wiring.inputs(action, arrival)
+            if inputs is None:                              # an input is known only once it has arrived
                 continue
-            end = now + wiring.compute_seconds[stage][action.kind]
-            timings[stage].append(ActionTiming(action, now, end))
+            begin = max(free_at[stage], inputs)             # from its own causes, as under "edge" (SIMULTANEOUS)
+            end = begin + wiring.compute_seconds[stage][action.kind]
+            timings[stage].append(ActionTiming(action, begin, end))
             free[stage] = False
             position[stage] += 1
             heapq.heappush(ending, (end, next(order), (stage, action)))
@@ -341,30 +353,31 @@ def _run_on_hosts(schedule: PipelineSchedule, wiring: _Wiring,
         blocked = []
         while waiting:
             item = heapq.heappop(waiting)
-            _, stage, _, to, direction, m = item
+            ready, stage, _, to, direction, m = item
             if egress_busy[stage] or ingress_busy[to]:
                 blocked.append(item)
                 continue
-            end = now + wiring.transfer_seconds[(stage, to)]
+            begin = max(ready, egress_at[stage], ingress_at[to])
+            end = begin + wiring.transfer_seconds[(stage, to)]
             egress_busy[stage] = ingress_busy[to] = True
-            transfers.append(TransferTiming(stage, to, direction, m, now, end))
+            transfers.append(TransferTiming(stage, to, direction, m, begin, end))
             heapq.heappush(ending, (end, next(order), (stage, to, direction, m)))
         for item in blocked:
             heapq.heappush(waiting, item)
 
     while True:
         while True:                      # everything that happens at `now`, zero-length work included
-            while ending and ending[0][0] <= now:
-                what = heapq.heappop(ending)[2]
+            while ending and ending[0][0] <= now + SIMULTANEOUS:
+                moment, _, what = heapq.heappop(ending)
                 if len(what) == 2:
-                    action_ends(*what)
+                    action_ends(moment, *what)
                 else:
-                    transfer_ends(*what)
+                    transfer_ends(moment, *what)
             if start_actions():
                 continue
             before = len(transfers)
             start_transfers()
-            if len(transfers) == before and not (ending and ending[0][0] <= now):
+            if len(transfers) == before and not (ending and ending[0][0] <= now + SIMULTANEOUS):
                 break
         if not ending:
             break
