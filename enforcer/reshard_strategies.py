@@ -29,6 +29,11 @@ Readings (where §3.1 leaves details open):
 * An all-gather group of one receiver gets the whole slice by send/recv and
   gathers nothing (no subgroup is made for it).
 * An empty slice moves nothing under every strategy.
+* A task has *finished* (for the host-level order, :func:`finishers`) when the
+  ranks that complete last under its strategy have: a broadcast's chain end
+  (every part passed every member before it), every receiver of a send/recv
+  (they receive side by side), one member per all-gather group (the gather is
+  collective, so one member's end is its group's).
 
 Copies: the sender's slice is a view of its local shard, copied once into a
 contiguous buffer only when the box is not contiguous in it. A receiver works
@@ -89,6 +94,15 @@ def gather_groups(task: ReshardTask, n: int) -> tuple[GatherGroup, ...]:
     else:
         return ()
     return tuple(GatherGroup(tuple(sorted(s)), padded_part(n, len(s))) for s in sets)
+
+
+def finishers(task: ReshardTask) -> tuple[int, ...]:
+    """The ranks whose end of ``task`` is the task's end (module docstring)."""
+    if task.strategy is Strategy.BROADCAST:
+        return (task.receivers[-1],)
+    if task.strategy is Strategy.SEND_RECV:
+        return task.receivers
+    return tuple(group.members[-1] for group in gather_groups(task, task.box.elements))
 
 
 class Peers:

@@ -13,14 +13,25 @@ needs nothing of the planner:
   tensor (``"0:512,0:1024,0:512"``);
 * :class:`ReshardTask` — one unit task: its box, strategy, sender rank,
   receivers grouped by host (the chain order of a broadcast is the flattened
-  groups), the partitions a broadcast pipelines, and its position in the
-  global order;
+  groups), the partitions a broadcast pipelines, its position in the
+  global order, and (optional) ``after``: the earlier tasks it must wait for
+  beyond its own ranks' order;
 * :class:`ReshardProgram` — the global shape, the box every source rank holds
   and every destination rank must end with, and the tasks.
 
 Every rank runs the tasks it takes part in, in ``order``; because all ranks
 follow one global order, ops cannot deadlock, and tasks on disjoint hosts run
 at the same time. The text form round-trips (:meth:`ReshardProgram.parse`).
+
+Host-level order (§3.2, Eq. 3): the planner schedules *hosts* — a task
+starts when every earlier task on its sender host's sending side and on its
+receiver hosts' receiving side has finished — while the ranks' own order only
+keeps a *device* from overlapping itself: four devices of one host could send
+at once and share its NIC. A task's ``after`` lists the tasks it follows on
+those hosts (the latest one per host side, lowered by the planner), so the
+enforcer can start it only once they have finished, as planned. Empty
+``after`` (the default, and what a program without it parses to) asks for
+nothing beyond the ranks' own order.
 """
 
 from __future__ import annotations
@@ -126,10 +137,14 @@ class ReshardTask:
     sender: int
     receiver_hosts: tuple[tuple[int, ...], ...]
     partitions: int = 1
+    after: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.partitions < 1:
             raise PlanError(f"task {self.order}: partitions must be >= 1, got {self.partitions}")
+        if list(self.after) != sorted(set(self.after)) or any(p < 0 or p >= self.order for p in self.after):
+            raise PlanError(f"task {self.order}: after {list(self.after)} must name earlier tasks, "
+                            "ascending, each once")
         if not self.receiver_hosts or any(not host for host in self.receiver_hosts):
             raise PlanError(f"task {self.order}: every receiver host needs at least one rank")
         if self.sender in self.receivers:
@@ -147,19 +162,22 @@ class ReshardTask:
 
     def __str__(self) -> str:
         hosts = "|".join(",".join(map(str, host)) for host in self.receiver_hosts)
-        return f"task {self.order} [{self.box}] {self.strategy} K={self.partitions} from {self.sender} to {hosts}"
+        after = f" after {','.join(map(str, self.after))}" if self.after else ""
+        return (f"task {self.order} [{self.box}] {self.strategy} K={self.partitions} from {self.sender} "
+                f"to {hosts}{after}")
 
     @classmethod
     def parse(cls, text: str) -> ReshardTask:
-        match = re.fullmatch(r"\s*task\s+(\d+)\s+\[([^\]]*)\]\s+(\S+)\s+K=(\d+)\s+from\s+(\d+)\s+to\s+([0-9,|\s]+)",
-                             text)
+        match = re.fullmatch(r"\s*task\s+(\d+)\s+\[([^\]]*)\]\s+(\S+)\s+K=(\d+)\s+from\s+(\d+)\s+to\s+([0-9,|\s]+?)"
+                             r"(?:\s+after\s+([0-9,\s]+))?\s*", text)
         if not match:
             raise InvalidInputError(f"resharding task {text!r} is not "
-                                    "'task ORDER [BOX] STRATEGY K=N from RANK to R,R|R,R'")
+                                    "'task ORDER [BOX] STRATEGY K=N from RANK to R,R|R,R [after T,T]'")
         hosts = tuple(tuple(int(r) for r in host.split(",") if r.strip())
                       for host in match.group(6).split("|"))
+        after = tuple(int(t) for t in (match.group(7) or "").split(",") if t.strip())
         return cls(int(match.group(1)), Box.parse(match.group(2)), Strategy.parse(match.group(3)),
-                   int(match.group(5)), hosts, int(match.group(4)))
+                   int(match.group(5)), hosts, int(match.group(4)), after)
 
 
 def _boxes_text(kind: str, boxes: Mapping[int, Box]) -> list[str]:
@@ -198,6 +216,11 @@ class ReshardProgram:
         orders = [task.order for task in self.tasks]
         if orders != sorted(orders) or len(set(orders)) != len(orders):
             raise PlanError("tasks must be listed in strictly increasing order")
+        known = set(orders)
+        for task in self.tasks:
+            missing = [p for p in task.after if p not in known]
+            if missing:
+                raise PlanError(f"task {task.order}: after names task {missing[0]}, which the program lacks")
         for task in self.tasks:
             if task.sender not in self.sources or not self.sources[task.sender].contains(task.box):
                 raise PlanError(f"task {task.order}: rank {task.sender} does not hold [{task.box}]")

@@ -7,7 +7,12 @@ the :class:`ReshardProgram` the enforcer runs.
 Lowering: tasks are renumbered ``0..`` in the order of their planned start
 (ties by the solver's order), which every rank follows; receivers are grouped
 by host in host order (a broadcast's chain order); a broadcast keeps its
-``K``. Sender devices: the naive algorithm takes a host's lowest-ranked
+``K``; every task's ``after`` names the tasks it follows on its hosts — the
+latest earlier one sending from its sender host and, per receiver host, the
+latest earlier one received there (the start rule of
+:func:`~optimizer_service.resharding.schedule.evaluate`, Eq. 3) — so the
+enforcer keeps the host-level schedule rather than only each device's order.
+Sender devices: the naive algorithm takes a host's lowest-ranked
 holder (the paper's baseline); the others, in start order, the holder on the
 chosen host with the fewest bytes assigned so far (ties: lowest rank), which
 spreads a host's sending over its devices.
@@ -139,14 +144,31 @@ def _sender_devices(prepared: PreparedResharding, hosts: Sequence[int], order: S
     return tuple(senders)
 
 
+def host_predecessors(problem: ScheduleProblem, hosts: Sequence[int],
+                      order: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """Per program position ``k`` (task ``order[k]`` sent from host ``hosts[order[k]]``), the
+    positions of the tasks it follows on its hosts: the latest earlier one with the same sender
+    host and, per receiver host, the latest earlier one receiving there (§3.2, Eq. 3: a host has
+    a sending and a receiving side)."""
+    last: dict[tuple[str, int], int] = {}
+    after = []
+    for k, i in enumerate(order):
+        sides = [("send", hosts[i]), *(("recv", h) for h in problem.receiver_hosts[i])]
+        after.append(tuple(sorted({last[side] for side in sides if side in last})))
+        last.update((side, k) for side in sides)
+    return tuple(after)
+
+
 def lower(prepared: PreparedResharding, senders: Sequence[int], partitions: Sequence[int], order: Sequence[int],
-          algorithm: str, predicted: float) -> ReshardProgram:
-    """The program the enforcer runs (module docstring)."""
+          algorithm: str, predicted: float, after: Sequence[tuple[int, ...]] | None = None) -> ReshardProgram:
+    """The program the enforcer runs (module docstring); ``after`` per program position
+    (:func:`host_predecessors`; ``None``: none)."""
     request = prepared.request
     strategy = request.strategy
     tasks = tuple(ReshardTask(k, prepared.unit_tasks[i].box, strategy, senders[i],
                               prepared.unit_tasks[i].destination_groups,
-                              partitions[i] if strategy is Strategy.BROADCAST else 1)
+                              partitions[i] if strategy is Strategy.BROADCAST else 1,
+                              tuple(after[k]) if after is not None else ())
                   for k, i in enumerate(order))
     return ReshardProgram(request.shape, request.src_spec.boxes(request.shape, request.src_mesh),
                           request.dst_spec.boxes(request.shape, request.dst_mesh), tasks, request.element_bytes,
@@ -165,7 +187,8 @@ def plan_prepared(prepared: PreparedResharding, algorithm: str = "ensemble", *, 
     partitions = tuple(prepared.partitions[i][prepared.unit_tasks[i].source_hosts.index(hosts[i])]
                        for i in range(len(hosts)))
     predicted = timeline.makespan
-    program = lower(prepared, senders, partitions, order, algorithm, predicted)
+    after = host_predecessors(prepared.problem, hosts, order)
+    program = lower(prepared, senders, partitions, order, algorithm, predicted, after)
     return ReshardPlan(prepared.request, prepared.topology, algorithm, prepared.unit_tasks, hosts, senders,
                        partitions, timeline.starts, timeline.finishes, order, predicted, prepared.bound, result,
                        program)

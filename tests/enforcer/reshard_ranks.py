@@ -252,3 +252,56 @@ def check_dtensors(cases: list[tuple], uneven: tuple) -> dict:
 
 def mesh_ranks_flat(device_mesh) -> list[int]:
     return [int(r) for r in device_mesh.mesh.flatten().tolist()]
+
+
+HOST_ORDER_PROGRAM = """\
+reshard 2x4096 element_bytes=4 algorithm=- predicted=0.0
+src 0 [0:1,0:4096]
+src 1 [1:2,0:4096]
+dst 2 [0:1,0:4096]
+dst 3 [1:2,0:4096]
+task 0 [0:1,0:4096] send-recv K=1 from 0 to 2
+task 1 [1:2,0:4096] broadcast K=2 from 1 to 3 after 0"""
+
+
+def check_host_order(marker_dir: str, runs: int = 2) -> list[bool]:
+    """Task 1 (rank 1 → 3) follows task 0 (rank 0 → 2) on their hosts (its
+    ``after``), though the two share no rank. Rank 2 comes late to every run and
+    leaves a marker file the moment task 0 has arrived; rank 1 notes, per run,
+    whether that marker was there when it began to send. Every destination is
+    checked. Returns rank 1's notes (empty elsewhere)."""
+    import os
+    import time
+
+    rank = dist.get_rank()
+    program = ReshardProgram.parse(HOST_ORDER_PROGRAM)
+    full = global_tensor(program.shape, torch.float32)
+    resharder = Resharder(program)
+    notes: list[bool] = []
+    run = [0]
+
+    def marker() -> str:
+        return os.path.join(marker_dir, f"task0-arrived-run{run[0]}")
+
+    receive, send = resharder._receive, resharder._send
+
+    def receive_and_mark(step, target):
+        receive(step, target)
+        if step.task.order == 0:
+            open(marker(), "w").close()
+
+    def note_and_send(step, local):
+        if step.task.order == 1:
+            notes.append(os.path.exists(marker()))
+        send(step, local)
+
+    resharder._receive, resharder._send = receive_and_mark, note_and_send
+    for run[0] in range(runs):
+        dist.barrier()
+        if rank == 2:
+            time.sleep(0.3)        # without the host-level order, task 1 would be long done by now
+        local = full[index_of(program.sources[rank])] if rank in program.sources else None
+        got = resharder(local, dtype=torch.float32)
+        if rank in program.destinations:
+            assert torch.equal(got, full[index_of(program.destinations[rank])]), f"rank {rank}, run {run[0]}"
+    return notes

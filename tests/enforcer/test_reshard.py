@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from enforcer.reshard import check_local, gather_member_sets
-from enforcer.reshard_strategies import GatherGroup, gather_groups, padded_part, split_even
+from enforcer.reshard import check_local, gather_member_sets, host_order_tokens
+from enforcer.reshard_strategies import GatherGroup, finishers, gather_groups, padded_part, split_even
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.resharding import Box, ReshardProgram, ReshardTask, Strategy
 from tests.enforcer import reshard_ranks
@@ -106,6 +106,38 @@ def test_subgroups_are_deduplicated_in_first_use_order_and_skip_singletons_and_e
          task(3, Strategy.GLOBAL_ALLGATHER, ((4,), (5,)), box="3:3"),
          task(4, Strategy.BROADCAST, ((4, 5, 6, 7),))))
     assert gather_member_sets(program) == [(4, 5, 6, 7), (6, 7), (4, 5)]
+
+
+def test_a_task_finishes_where_its_strategy_ends():
+    hosts = ((5, 4), (6,))
+    task = lambda strategy: ReshardTask(0, Box.parse("0:4"), strategy, 0, hosts)     # noqa: E731
+    assert finishers(task(Strategy.BROADCAST)) == (6,)                   # the chain's end
+    assert finishers(task(Strategy.SEND_RECV)) == (5, 4, 6)              # every receiver
+    assert finishers(task(Strategy.LOCAL_ALLGATHER)) == (5, 6)           # one per host's gather group
+    assert finishers(task(Strategy.GLOBAL_ALLGATHER)) == (6,)            # one gather group
+
+
+def test_host_order_tokens_come_from_each_predecessors_finishers_once():
+    program = ReshardProgram.parse("""reshard 8 element_bytes=4 algorithm=- predicted=0.0
+src 0 [0:8]
+src 1 [0:8]
+dst 2 [0:8]
+dst 3 [0:8]
+task 0 [0:2] send-recv K=1 from 0 to 2|3
+task 1 [2:4] broadcast K=1 from 1 to 3
+task 2 [4:6] broadcast K=1 from 1 to 2|3 after 0,1
+task 3 [6:8] broadcast K=1 from 0 to 3|2 after 2""")
+    # task 2 waits (at its sender, rank 1) for task 0's receivers 2 and 3, and for task 1's end
+    # (rank 3, already counted: it sends once, after the later task 1); task 3 for task 2's chain end.
+    assert host_order_tokens(program) == {(2, 2): 0, (3, 2): 1, (3, 3): 2}
+    unordered = ReshardProgram.parse(str(program).replace(" after 0,1", "").replace(" after 2", ""))
+    assert host_order_tokens(unordered) == {}
+
+
+@pytest.mark.multiproc
+def test_a_task_waits_for_the_tasks_before_it_on_its_hosts_though_they_share_no_rank(tmp_path):
+    notes = run_world(4, reshard_ranks.check_host_order, str(tmp_path))
+    assert notes[1] == [True, True] and notes[0] == notes[2] == notes[3] == []
 
 
 def test_a_wrong_local_shard_is_one_clear_line():

@@ -47,6 +47,23 @@ def test_tasks_round_trip():
     assert Strategy.parse("Local_Allgather") is Strategy.LOCAL_ALLGATHER
 
 
+def test_a_task_names_the_tasks_it_follows_on_its_hosts_and_text_without_them_still_parses():
+    task = ReshardTask(3, Box.parse("0:2"), Strategy.SEND_RECV, 0, ((4,), (5,)), 1, (0, 2))
+    assert str(task) == "task 3 [0:2] send-recv K=1 from 0 to 4|5 after 0,2"
+    assert ReshardTask.parse(str(task)) == task
+    assert ReshardTask.parse("task 3 [0:2] send-recv K=1 from 0 to 4|5").after == ()
+    program = ReshardProgram.parse(PROGRAM.replace("from 1 to 4|6", "from 1 to 4|6 after 0,1"))
+    assert program.tasks[3].after == (0, 1) and program.tasks[2].after == ()
+    assert ReshardProgram.parse(str(program)) == program
+
+
+@pytest.mark.parametrize("after, message", [((3,), "must name earlier tasks"), ((2, 0), "ascending"),
+                                            ((0, 0), "each once"), ((-1,), "must name earlier tasks")])
+def test_a_task_follows_only_earlier_tasks(after, message):
+    with pytest.raises(PlanError, match=message):
+        ReshardTask(3, Box.parse("0:2"), Strategy.SEND_RECV, 0, ((4,),), 1, after)
+
+
 @pytest.mark.parametrize("build, message", [
     (lambda: ReshardTask(0, Box.parse("0:1"), Strategy.BROADCAST, 0, ((1,),), 0), "partitions must be >= 1"),
     (lambda: ReshardTask(0, Box.parse("0:1"), Strategy.BROADCAST, 0, ((1,), ()), 1), "needs at least one rank"),
@@ -91,6 +108,8 @@ def replace_line(old: str, new: str) -> str:
     ("reshard 4x4 element_bytes=4", "header .* is not"),
     (replace_line("task 1 [2:4,2:4] send-recv K=1 from 1 to 5", "task 1 [2:4,2:4] send-recv from 1 to 5"),
      "is not 'task ORDER"),
+    (replace_line("task 1 [2:4,2:4] send-recv K=1 from 1 to 5\n", "")
+     .replace("from 1 to 4|6", "from 1 to 4|6 after 1"), "after names task 1, which the program lacks"),
 ])
 def test_invalid_programs_are_refused(text, message):
     with pytest.raises(InvalidInputError, match=message) as error:

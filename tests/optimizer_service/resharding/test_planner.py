@@ -157,3 +157,25 @@ def test_case4_schedules_64_unit_tasks():
     topology = emulated(case.hosts, case.devices_per_host)
     plan = plan_request(case.request(SHAPE, topology), topology, ("ensemble",))[0]
     assert len(plan.unit_tasks) == 64 and plan.search.optimal
+
+
+@pytest.mark.parametrize("name", ["case4", "case9"])
+@pytest.mark.parametrize("algorithm", ["naive", "lb", "ensemble"])
+def test_each_tasks_after_replays_the_planned_host_schedule(name, algorithm):
+    """Lowering (§3.2, Eq. 3): started when the tasks it names in ``after`` have
+    finished, every task starts exactly when the plan has it start, and it names
+    only tasks sharing its sender host's sending side or a receiver host's
+    receiving side."""
+    case = table2_case(name)
+    topology = emulated(case.hosts, case.devices_per_host)
+    plan = plan_request(case.request(SHAPE, topology), topology, (algorithm,))[0]
+    finishes = []
+    for k, task in enumerate(plan.program.tasks):
+        i = plan.order[k]
+        assert max((finishes[p] for p in task.after), default=0.0) == plan.starts[i]
+        finishes.append(plan.finishes[i])
+        for p in task.after:
+            j = plan.order[p]
+            assert plan.sender_hosts[j] == plan.sender_hosts[i] \
+                or set(plan.unit_tasks[j].destination_hosts) & set(plan.unit_tasks[i].destination_hosts)
+    assert any(task.after for task in plan.program.tasks)
