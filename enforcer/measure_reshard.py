@@ -25,9 +25,9 @@ and writes ``OUT``::
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
@@ -41,7 +41,7 @@ DTYPES = {1: torch.uint8, 2: torch.bfloat16, 4: torch.float32, 8: torch.float64}
 
 def global_tensor(shape: tuple[int, ...], element_bytes: int) -> torch.Tensor:
     """The tensor every run reshards: a fixed function of the flat index."""
-    values = torch.arange(int(torch.tensor(shape).prod()), dtype=torch.int64) % 251
+    values = torch.arange(math.prod(shape), dtype=torch.int64) % 251
     return values.to(DTYPES[element_bytes]).reshape(shape)
 
 
@@ -49,13 +49,12 @@ def _cut(tensor: torch.Tensor, box: Box) -> torch.Tensor:
     return tensor[tuple(slice(a, b) for a, b in zip(box.starts, box.stops))]
 
 
-def _timed(resharder: Resharder, local: torch.Tensor | None, clock_group) -> tuple[float, torch.Tensor | None]:
-    dist.barrier(group=clock_group)
-    start = time.perf_counter()
-    out = resharder(local, dtype=DTYPES[resharder.program.element_bytes])
-    elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+def _timed(resharder: Resharder, local: torch.Tensor | None, clock_group) -> float:
+    """One run's time: the slowest rank's, from the barrier that starts it."""
+    (seconds,) = resharder.run_timed(local, 1, dtype=DTYPES[resharder.program.element_bytes])
+    elapsed = torch.tensor([seconds], dtype=torch.float64)
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=clock_group)
-    return elapsed.item(), out
+    return elapsed.item()
 
 
 def measure(spec: dict) -> list[dict]:
@@ -78,14 +77,15 @@ def measure(spec: dict) -> list[dict]:
         expected = _cut(full, program.destinations[rank]) if rank in program.destinations else None
         runs.append((run["id"], Resharder(program), local, expected))
     for run_id, resharder, local, expected in runs:
-        for attempt in range(max(1, spec["warmup"])):
-            _, out = _timed(resharder, local, clock_group)
-            if attempt == 0 and expected is not None and not torch.equal(out, expected):
-                raise AssertionError(f"{run_id}: rank {rank} received a wrong slice")
+        out = resharder(local, dtype=DTYPES[resharder.program.element_bytes])
+        if expected is not None and not torch.equal(out, expected):
+            raise AssertionError(f"{run_id}: rank {rank} received a wrong slice")
+        for _ in range(spec["warmup"] - 1):
+            resharder(local, dtype=DTYPES[resharder.program.element_bytes])
     seconds: dict[str, list[float]] = {run_id: [] for run_id, *_ in runs}
     for round_index in range(spec["repeat"]):
         for run_id, resharder, local, _ in runs:
-            seconds[run_id].append(_timed(resharder, local, clock_group)[0])
+            seconds[run_id].append(_timed(resharder, local, clock_group))
         if rank == 0:
             print(f"measure_reshard: round {round_index + 1}/{spec['repeat']} done", flush=True)
     return [{"id": run_id, "seconds": values, "median": statistics.median(values)}
