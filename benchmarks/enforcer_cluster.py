@@ -29,13 +29,17 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.p2_command import p2  # noqa: E402
+
 NAME = "enforcer-bench"
 
 
@@ -172,12 +176,6 @@ def _program_cases(world: int, elements: int, iterations: int, plain) -> dict[st
 
 
 # --------------------------------------------------------------- orchestrator
-def p2(*args: str) -> None:
-    done = subprocess.run([str(ROOT / ".venv" / "bin" / "p2"), *args], cwd=ROOT)
-    if done.returncode:
-        raise SystemExit(f"p2 {' '.join(args)} failed with exit code {done.returncode}")
-
-
 def plot(summary: dict, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")

@@ -31,7 +31,6 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.p2_command import p2  # noqa: E402
 from deploy.emulated import can_manage_namespaces, load_cluster  # noqa: E402
 from optimizer_service.catalog import load_topology  # noqa: E402
 from optimizer_service.cli.measure_job import run_measurement  # noqa: E402
@@ -65,12 +65,6 @@ SEND_RECV = SYSTEMS[0][0]
 SPEEDUP_CASES = ("case3", "case4", "case9")
 GOAL_RATIO_TO_BOUND = 1.2
 GOAL_SPEEDUP = 3.0
-
-
-def p2(*args: str) -> None:
-    done = subprocess.run([str(ROOT / ".venv" / "bin" / "p2"), *args], cwd=ROOT)
-    if done.returncode:
-        raise SystemExit(f"p2 {' '.join(args)} failed with exit code {done.returncode}")
 
 
 # ------------------------------------------------------------------ Table 2
