@@ -111,6 +111,14 @@ def human_seconds(value: float) -> str:
     return f"{value * 1e9:.3g} ns"
 
 
+def human_bytes(value: int) -> str:
+    """Short display form of a byte count for tables (not for round-trips)."""
+    for suffix, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if value >= scale:
+            return f"{value / scale:.4g} {suffix}"
+    return f"{value} B"
+
+
 def human_rate(value: float) -> str:
     """Short display form of a bandwidth for tables (not for round-trips)."""
     for suffix, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("KB/s", 1e3)):

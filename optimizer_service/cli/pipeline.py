@@ -11,13 +11,12 @@ from pathlib import Path
 import click
 
 from optimizer_service.cli.params import write_json
-from optimizer_service.cli.pipeline_render import SimulatedSchedule, document, gantt, report
+from optimizer_service.cli.pipeline_render import MIB, SimulatedSchedule, document, gantt, report
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.resharding.pipeline_costs import PipelineCosts, gpt_like, u_transformer_like
 from optimizer_service.resharding.pipeline_schedules import SCHEDULE_NAMES, build_schedule, choose_weight_delays
 from optimizer_service.resharding.pipeline_sim import LINK_MODELS, simulate
 
-MIB = 1 << 20
 PROFILES = ("gpt", "u-transformer")
 #: Bounds that keep one run (eager-1F1B-wd simulates the pipeline ~4 times per stage) to seconds.
 MAX_STAGES = 16

@@ -42,8 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from deploy.emulated.model import cluster_topology
-from optimizer_service.cli.reshard import EMULATED_LOOPBACK_RATE, EMULATED_NIC_RATE
+from optimizer_service.cli.reshard import emulated_topology
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.pipeline import PipelineSchedule
@@ -79,8 +78,7 @@ def is_pipeline_workload(name: str | None) -> bool:
 
 def default_topology() -> Topology:
     """The emulated 4 x 4 cluster (200 Mbit/s NIC, 1 GB/s loopback)."""
-    return Topology.from_yaml(cluster_topology(DEFAULT_TOPOLOGY_NAME, STAGES, MESH[1], EMULATED_NIC_RATE, None,
-                                               EMULATED_LOOPBACK_RATE), source=DEFAULT_TOPOLOGY_NAME)
+    return emulated_topology(STAGES, MESH[1])      # named DEFAULT_TOPOLOGY_NAME
 
 
 def stage_mesh(stage: int, topology: Topology) -> Mesh:

@@ -48,6 +48,11 @@ def default_topology(src: MeshOrShape, dst: MeshOrShape) -> Topology:
     explicit = [rank for m in (src, dst) if isinstance(m, Mesh) for rank in m.ranks]
     if explicit:
         nodes = max(nodes, max(explicit) // per_node + 1)
+    return emulated_topology(nodes, per_node)
+
+
+def emulated_topology(nodes: int, per_node: int) -> Topology:
+    """The emulated cluster ``emulated-NODESxPER_NODE`` (200 Mbit/s NIC, 1 GB/s loopback)."""
     name = f"emulated-{nodes}x{per_node}"
     return Topology.from_yaml(cluster_topology(name, nodes, per_node, EMULATED_NIC_RATE, None,
                                                EMULATED_LOOPBACK_RATE), source=name)

@@ -7,22 +7,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from optimizer_service.resharding.planner import ReshardPlan
-from optimizer_service.resharding.unit_tasks import UnitTask
-from optimizer_service.units import human_seconds
+from optimizer_service.resharding.unit_tasks import UnitTask, groups_text
+from optimizer_service.units import human_bytes, human_seconds
 
 #: The unit-task table shows at most this many rows (``--json`` has them all).
 TABLE_ROWS = 32
-
-
-def human_bytes(value: int) -> str:
-    for suffix, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= scale:
-            return f"{value / scale:.4g} {suffix}"
-    return f"{value} B"
-
-
-def _groups(hosts: Sequence[int], groups: Sequence[Sequence[int]]) -> str:
-    return " ".join(f"h{h}:{','.join(map(str, g))}" for h, g in zip(hosts, groups))
 
 
 def header(plan: ReshardPlan, topology_note: str) -> str:
@@ -39,8 +28,8 @@ def unit_task_table(tasks: Sequence[UnitTask], limit: int = TABLE_ROWS) -> str:
     lines = [f"unit tasks ({len(tasks)}):", f"  {'#':>4}  {'slice':<28} {'bytes':>10}  {'held by':<24} needed by"]
     for task in tasks[:limit]:
         lines.append(f"  {task.index:>4}  {str(task.box):<28} {human_bytes(task.nbytes):>10}  "
-                     f"{_groups(task.source_hosts, task.source_groups):<24} "
-                     f"{_groups(task.destination_hosts, task.destination_groups)}")
+                     f"{groups_text(task.source_hosts, task.source_groups):<24} "
+                     f"{groups_text(task.destination_hosts, task.destination_groups)}")
     if len(tasks) > limit:
         lines.append(f"  ... {len(tasks) - limit} more (--json lists them all)")
     return "\n".join(lines)

@@ -148,7 +148,9 @@ def needs(action: Action, stage_count: int) -> Action | None:
 
 
 def _run(schedule: PipelineSchedule) -> tuple[list[list[str]], int, int | None, list[Action]]:
-    """:func:`dry_run`, and the actions in the order they ran."""
+    """Unit-step dry run: the grid of what each stage ran in each step, the
+    steps taken, the stage stuck first when it deadlocks (else None), and the
+    actions in the order they ran."""
     count = schedule.stage_count
     position = [0] * count
     finished: dict[tuple[int, ActionKind, int], int] = {}     # (stage, F or gradient, m) -> step
@@ -182,13 +184,6 @@ def _run(schedule: PipelineSchedule) -> tuple[list[list[str]], int, int | None, 
         order += ran
         step += 1
     return rows, step, None, order
-
-
-def dry_run(schedule: PipelineSchedule) -> tuple[list[list[str]], int, int | None]:
-    """Unit-step dry run: the grid of what each stage ran in each step, the
-    steps taken, and the stage stuck first when it deadlocks (else None)."""
-    rows, steps, stuck, _ = _run(schedule)
-    return rows, steps, stuck
 
 
 def _waits_for(wanted: Action) -> str:

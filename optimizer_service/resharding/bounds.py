@@ -28,14 +28,7 @@ from dataclasses import dataclass
 
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.resharding.unit_tasks import UnitTask
-from optimizer_service.units import human_rate, human_seconds
-
-
-def _human_bytes(value: int) -> str:
-    for suffix, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if value >= scale:
-            return f"{value / scale:.4g} {suffix}"
-    return f"{value} B"
+from optimizer_service.units import human_bytes, human_rate, human_seconds
 
 
 def host_bandwidth(topology: Topology) -> float:
@@ -63,7 +56,7 @@ class LowerBound:
         who = {"receiver": f"receiver host h{self.host} must receive",
                "sender": f"sender host h{self.host} alone holds",
                "senders": "the sender hosts together must send"}[self.side]
-        return f"{human_seconds(self.seconds)}: {who} {_human_bytes(self.nbytes)} at {human_rate(self.bandwidth)}"
+        return f"{human_seconds(self.seconds)}: {who} {human_bytes(self.nbytes)} at {human_rate(self.bandwidth)}"
 
 
 def lower_bound(unit_tasks: Sequence[UnitTask], topology: Topology) -> LowerBound:

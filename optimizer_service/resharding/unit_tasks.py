@@ -30,7 +30,8 @@ MAX_UNIT_TASKS = 4096
 Groups = tuple[tuple[int, ...], ...]
 
 
-def _groups_text(hosts: tuple[int, ...], groups: Groups) -> str:
+def groups_text(hosts: tuple[int, ...], groups: Groups) -> str:
+    """``h0:0,1 h1:4,5``: ranks grouped by host (what :meth:`UnitTask.__str__` writes)."""
     return " ".join(f"h{host}:{','.join(map(str, ranks))}" for host, ranks in zip(hosts, groups))
 
 
@@ -76,8 +77,8 @@ class UnitTask:
         return self.source_groups[self.source_hosts.index(host)]
 
     def __str__(self) -> str:
-        return (f"unit {self.index} [{self.box}] {self.nbytes}B from {_groups_text(self.source_hosts, self.source_groups)}"
-                f" to {_groups_text(self.destination_hosts, self.destination_groups)}")
+        return (f"unit {self.index} [{self.box}] {self.nbytes}B from {groups_text(self.source_hosts, self.source_groups)}"
+                f" to {groups_text(self.destination_hosts, self.destination_groups)}")
 
     @classmethod
     def parse(cls, text: str) -> UnitTask:
