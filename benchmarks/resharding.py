@@ -169,70 +169,44 @@ def run_table2(args: argparse.Namespace) -> dict:
 
 
 # ------------------------------------------------------------ pipeline, simulated
-#: Four stages, each a (2, 2) mesh (data parallel × operator parallel, as the
-#: paper's GPT case 1) on two hosts of two devices; the activation of one
-#: micro-batch (batch, sequence, hidden) is S^0RR on both sides (partitioned on
-#: the data-parallel devices, replicated on the operator-parallel ones, §5.2).
-PIPELINE_STAGES = 4
-PIPELINE_ACTIVATION = (8, 256, 1024)
-#: The U-Transformer's long skip edges carry larger, higher-resolution maps.
-PIPELINE_SKIP_FACTOR = 2
-#: Compute per micro-batch and stage, chosen so a boundary transfer is a large
-#: fraction of a forward, as in the paper's U-Transformer (§5.2).
-PIPELINE_FORWARD_SECONDS = 0.25
-PIPELINE_BACKWARD_SECONDS = 0.50
+#: The schedules compared; the stage profiles are p2 optimize's pipeline
+#: workloads (optimizer_service/cli/pipeline_workload.py): four stages, each a
+#: (1, 4) mesh on a host of the emulated 4 x 4 cluster, every boundary's
+#: activation and gradient planned by the resharding planner.
 PIPELINE_SCHEDULES = ("1f1b", "eager-1f1b", "eager-1f1b-wd")
-
-
-def stage_mesh(stage: int) -> str:
-    first = 4 * stage
-    return f"[[{first},{first + 1}],[{first + 2},{first + 3}]]"
-
-
-def boundary_seconds(topology: Topology, src: int, dst: int, shape: tuple[int, ...]) -> float:
-    """The planner's predicted time for one activation (or gradient) between two stage meshes."""
-    from optimizer_service.resharding.planner import plan_resharding
-    return plan_resharding(shape, "S^0RR", stage_mesh(src), "S^0RR", stage_mesh(dst), topology,
-                           algorithm="ensemble").predicted_seconds
+PIPELINE_PROFILES = {"gpt": "pipeline-gpt", "u-transformer": "pipeline-u-transformer"}
 
 
 def run_pipeline_simulated(args: argparse.Namespace) -> dict:
-    from deploy.emulated.model import cluster_topology
-    from optimizer_service.resharding.pipeline_costs import gpt_like, u_transformer_like
+    from optimizer_service.cli import pipeline_workload as workload
     from optimizer_service.resharding.pipeline_schedules import build_schedule
     from optimizer_service.resharding.pipeline_sim import simulate
 
-    topology = Topology.from_yaml(cluster_topology("pipeline-8x2", 2 * PIPELINE_STAGES, 2, 200e6 / 8, None, 1e9))
-    activation = PIPELINE_ACTIVATION
-    skip = (activation[0] * PIPELINE_SKIP_FACTOR, *activation[1:])
-    chain = [boundary_seconds(topology, s, s + 1, activation) for s in range(PIPELINE_STAGES - 1)]
-    back = [boundary_seconds(topology, s + 1, s, activation) for s in range(PIPELINE_STAGES - 1)]
-    skips = [boundary_seconds(topology, i, PIPELINE_STAGES - 1 - i, skip)
-             for i in range(PIPELINE_STAGES) if i < PIPELINE_STAGES - 1 - i]
-    activation_bytes = 4 * math.prod(activation)
-    profiles = {
-        "gpt": gpt_like(PIPELINE_STAGES, PIPELINE_FORWARD_SECONDS, PIPELINE_BACKWARD_SECONDS, chain, back,
-                        activation_bytes),
-        "u-transformer": u_transformer_like(PIPELINE_STAGES, PIPELINE_FORWARD_SECONDS, PIPELINE_BACKWARD_SECONDS,
-                                            chain, skips, back, activation_bytes),
-    }
-    result: dict = {"stages": PIPELINE_STAGES, "microbatches": args.microbatches,
-                    "activation_shape": list(activation), "skip_shape": list(skip),
-                    "forward_seconds": PIPELINE_FORWARD_SECONDS, "backward_seconds": PIPELINE_BACKWARD_SECONDS,
-                    "boundary_seconds": chain, "backward_boundary_seconds": back, "skip_seconds": skips,
+    topology = workload.default_topology()
+    profiles, planned = {}, {}
+    for profile, name in PIPELINE_PROFILES.items():
+        profiles[profile], planned[profile] = workload.workload_costs(name, topology)
+    stages, chain = workload.STAGES, workload.CHAIN
+    result: dict = {"stages": stages, "microbatches": args.microbatches, "mesh": list(workload.MESH),
+                    "activation_shape": list(workload.ACTIVATION), "skip_shape": list(workload.SKIP_SHAPE),
+                    "forward_seconds": workload.FORWARD_SECONDS, "backward_seconds": workload.BACKWARD_SECONDS,
+                    "boundary_seconds": [planned["gpt"][edge][0].predicted_seconds for edge in chain],
+                    "backward_boundary_seconds": [planned["gpt"][(b, a)][0].predicted_seconds for a, b in chain],
+                    "skip_seconds": [planned["u-transformer"][edge][-1].predicted_seconds
+                                     for edge in workload.skip_edges(PIPELINE_PROFILES["u-transformer"])],
                     "profiles": {}}
     for name, costs in profiles.items():
         rows: dict = {}
         for schedule_name in PIPELINE_SCHEDULES:
-            schedule = build_schedule(schedule_name, PIPELINE_STAGES, args.microbatches, costs)
+            schedule = build_schedule(schedule_name, stages, args.microbatches, costs)
             timeline = simulate(schedule, costs)
-            shared = build_schedule(schedule_name, PIPELINE_STAGES, args.microbatches, costs, links="host")
+            shared = build_schedule(schedule_name, stages, args.microbatches, costs, links="host")
             rows[schedule_name] = {"iteration_seconds": timeline.iteration_seconds,
                                    "bubble_fraction": timeline.bubble_fraction,
                                    "peak_activation_bytes_per_stage": list(timeline.peak_activation_bytes),
                                    "iteration_seconds_shared_nic": simulate(shared, costs,
                                                                             links="host").iteration_seconds}
-        one_f_one_b = build_schedule("1f1b", PIPELINE_STAGES, args.microbatches)
+        one_f_one_b = build_schedule("1f1b", stages, args.microbatches)
         rows["1f1b, no overlap"] = {"iteration_seconds": simulate(one_f_one_b, costs, overlap=False).iteration_seconds}
         silent = costs.with_comm_scaled(0.0)
         rows["signal send/recv"] = {"iteration_seconds": simulate(one_f_one_b, silent).iteration_seconds}
@@ -244,7 +218,8 @@ def run_pipeline_simulated(args: argparse.Namespace) -> dict:
 
 
 def print_pipeline_simulated(sim: dict) -> None:
-    print(f"\npipeline, simulated: {sim['stages']} stages of (2,2) meshes, {sim['microbatches']} micro-batches, "
+    mesh = "x".join(map(str, sim["mesh"]))
+    print(f"\npipeline, simulated: {sim['stages']} stages of {mesh} meshes, {sim['microbatches']} micro-batches, "
           f"F {sim['forward_seconds'] * 1e3:.0f} ms, B {sim['backward_seconds'] * 1e3:.0f} ms; boundary resharding "
           f"{sim['boundary_seconds'][0] * 1e3:.0f} ms, skip "
           + ", ".join(f"{s * 1e3:.0f} ms" for s in sim["skip_seconds"]) + " (the planner's predictions)")

@@ -65,6 +65,8 @@ DEFAULT_MICROBATCHES = 8
 ACTIVATION = (8, 256, 1024)
 #: The U-Transformer's skip edges carry maps this many times larger (along the micro-batch dimension).
 SKIP_FACTOR = 2
+SKIP_SHAPE = (ACTIVATION[0] * SKIP_FACTOR, *ACTIVATION[1:])
+CHAIN = [(s, s + 1) for s in range(STAGES - 1)]
 SPEC = "S^0RR"
 FORWARD_SECONDS = 0.25
 BACKWARD_SECONDS = 0.50
@@ -124,32 +126,44 @@ def _motifs(plans: tuple[ReshardPlan, ...]) -> tuple:
     return broadcasts(tasks)
 
 
-def build_pipeline_workload(name: str, topology: Topology, schedule_name: str = DEFAULT_SCHEDULE,
-                            microbatches: int = DEFAULT_MICROBATCHES) -> PipelineWorkload:
-    """The workload ``name`` (:data:`PIPELINE_WORKLOADS`) on ``topology`` (module docstring)."""
+def workload_costs(name: str, topology: Topology) -> tuple[PipelineCosts, dict[tuple[int, int], tuple[ReshardPlan, ...]]]:
+    """The stage profile of workload ``name`` with the planner's transfer
+    times, and the planned reshardings per directed edge ``(from, to)``."""
     if name not in PIPELINE_WORKLOADS:
         raise InvalidInputError(f"unknown pipeline workload {name!r}; known: {', '.join(PIPELINE_WORKLOADS)}")
     check_fits(name, topology)
     profile = PIPELINE_WORKLOADS[name]
-    skip_shape = (ACTIVATION[0] * SKIP_FACTOR, *ACTIVATION[1:])
-    chain = [(s, s + 1) for s in range(STAGES - 1)]
-    skips = [(i, STAGES - 1 - i) for i in range(STAGES) if i < STAGES - 1 - i] if profile == "u-transformer" else []
     transfers: dict[tuple[int, int], list[ReshardPlan]] = {}
-    for edges, shape in ((chain, ACTIVATION), (skips, skip_shape)):
+    for edges, shape in ((CHAIN, ACTIVATION), (skip_edges(name), SKIP_SHAPE)):
         for a, b in edges:
             transfers.setdefault((a, b), []).append(_plan(shape, a, b, topology))
             transfers.setdefault((b, a), []).append(_plan(shape, b, a, topology))
     planned = {edge: tuple(plans) for edge, plans in transfers.items()}
     seconds = {edge: [p.predicted_seconds for p in plans] for edge, plans in planned.items()}
-    forward = [seconds[edge][0] for edge in chain]
-    backward = [seconds[(b, a)][0] for a, b in chain]
+    forward = [seconds[edge][0] for edge in CHAIN]
+    backward = [seconds[(b, a)][0] for a, b in CHAIN]
     activation_bytes = 4 * math.prod(ACTIVATION)
     if profile == "gpt":
-        costs = gpt_like(STAGES, FORWARD_SECONDS, BACKWARD_SECONDS, forward, backward, activation_bytes)
-    else:
-        skip = [seconds[edge][-1] for edge in skips]   # each way alike: the profile takes one value per skip edge
-        costs = u_transformer_like(STAGES, FORWARD_SECONDS, BACKWARD_SECONDS, forward, skip, backward,
-                                   activation_bytes)
+        return gpt_like(STAGES, FORWARD_SECONDS, BACKWARD_SECONDS, forward, backward, activation_bytes), planned
+    skip = [seconds[edge][-1] for edge in skip_edges(name)]   # each way alike: the profile takes one value per skip edge
+    return u_transformer_like(STAGES, FORWARD_SECONDS, BACKWARD_SECONDS, forward, skip, backward,
+                              activation_bytes), planned
+
+
+def skip_edges(name: str) -> list[tuple[int, int]]:
+    """The U-Transformer's long skip edges ``(i, S-1-i)``; none for GPT."""
+    if PIPELINE_WORKLOADS[name] != "u-transformer":
+        return []
+    return [(i, STAGES - 1 - i) for i in range(STAGES) if i < STAGES - 1 - i]
+
+
+def build_pipeline_workload(name: str, topology: Topology, schedule_name: str = DEFAULT_SCHEDULE,
+                            microbatches: int = DEFAULT_MICROBATCHES) -> PipelineWorkload:
+    """The workload ``name`` (:data:`PIPELINE_WORKLOADS`) on ``topology`` (module docstring)."""
+    costs, planned = workload_costs(name, topology)
+    profile = PIPELINE_WORKLOADS[name]
+    chain, skips = CHAIN, skip_edges(name)
+    seconds = {edge: [p.predicted_seconds for p in plans] for edge, plans in planned.items()}
     schedule = build_schedule(schedule_name, STAGES, microbatches, costs)
     boundaries = [BoundaryMotifs(a, b, _motifs(planned[(a, b)]), _motifs(planned[(b, a)]))
                   for a, b in sorted({*chain, *skips})]
