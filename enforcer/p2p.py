@@ -55,7 +55,9 @@ class BackendPeers:
         return self.backend.recv([tensor], self._local[peer], tag)
 
 
-class _GroupPeers:
+class GroupPeers:
+    """Tagged point-to-point over a process group (global ranks; ``None``: the default group)."""
+
     def __init__(self, group: dist.ProcessGroup | None) -> None:
         self.group = group
         self.rank = dist.get_rank()
@@ -67,8 +69,8 @@ class _GroupPeers:
         return dist.irecv(tensor, src=peer, group=self.group, tag=tag)
 
 
-def _peers(group) -> BackendPeers | _GroupPeers:
-    return group if isinstance(group, BackendPeers) else _GroupPeers(group)
+def _peers(group) -> BackendPeers | GroupPeers:
+    return group if isinstance(group, BackendPeers) else GroupPeers(group)
 
 
 def _position(members: Sequence[int], rank: int) -> int:

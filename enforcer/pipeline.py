@@ -181,11 +181,10 @@ class PipelineRuntime:
         _agree(problem, "join the pipeline")
         self.dtype, self.timeout = dtype, timeout
         self.reduce_gradients, self.synchronize = reduce_gradients, synchronize
-        self.forward_programs = tuple(forward_programs)
         # Collective, in one order on every rank (module docstring).
         self._boundaries: dict[tuple[int, str], _Boundary] = {}
         for s in range(schedule.stage_count - 1):
-            for kind, program in (("F", self.forward_programs[s]), ("B", backward_programs[s])):
+            for kind, program in (("F", forward_programs[s]), ("B", backward_programs[s])):
                 self._boundaries[(s, kind)] = _Boundary(s, kind, program, self.meshes, backend)
         self._mesh_groups = {s: dist.new_group(sorted(mesh), backend=backend)
                              for s, mesh in enumerate(self.meshes) if reduce_gradients and len(mesh) > 1}

@@ -36,15 +36,22 @@ def _span(text: str, what: str) -> tuple[float, float]:
         raise InvalidInputError(f"{what} time span {text!r} is not START..END in seconds") from None
 
 
-@dataclass(frozen=True)
-class ActionTime:
-    action: Action
+class _Span:
+    """``seconds`` of a record with ``start`` and ``end``."""
+
     start: float
     end: float
 
     @property
     def seconds(self) -> float:
         return self.end - self.start
+
+
+@dataclass(frozen=True)
+class ActionTime(_Span):
+    action: Action
+    start: float
+    end: float
 
     def __str__(self) -> str:
         return f"{self.action} {self.start!r}..{self.end!r}"
@@ -58,7 +65,7 @@ class ActionTime:
 
 
 @dataclass(frozen=True)
-class TransferTime:
+class TransferTime(_Span):
     role: str            # "send" or "recv"
     kind: str            # "F" (activation) or "B" (its gradient)
     from_stage: int
@@ -66,10 +73,6 @@ class TransferTime:
     microbatch: int
     start: float
     end: float
-
-    @property
-    def seconds(self) -> float:
-        return self.end - self.start
 
     def __str__(self) -> str:
         return (f"{self.role} {self.kind} {self.from_stage}>{self.to_stage} m{self.microbatch} "

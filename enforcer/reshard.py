@@ -55,7 +55,8 @@ import torch.distributed as dist
 
 from enforcer import reshard_strategies as strategies
 from enforcer.executor import GroupCache
-from enforcer.reshard_strategies import GatherGroup, Peers
+from enforcer.p2p import GroupPeers
+from enforcer.reshard_strategies import GatherGroup
 from optimizer_service.plan import InvalidInputError, PlanError
 from optimizer_service.plan.resharding import Box, ReshardProgram, ReshardTask, Strategy
 
@@ -141,7 +142,7 @@ class Resharder:
         self.program = program
         self.group = group
         self.rank = dist.get_rank()
-        self._peers = Peers(group)
+        self._peers = GroupPeers(group)
         self._groups = groups if groups is not None else GroupCache()
         self._groups.create(gather_member_sets(program))
         stride = max((task.partitions for task in program.tasks), default=1) + 1

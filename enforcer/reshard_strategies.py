@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from enforcer.p2p import GroupPeers
 from optimizer_service.plan.resharding import ReshardTask, Strategy
 
 
@@ -105,19 +106,6 @@ def finishers(task: ReshardTask) -> tuple[int, ...]:
     return tuple(group.members[-1] for group in gather_groups(task, task.box.elements))
 
 
-class Peers:
-    """Tagged point-to-point over ``group`` (global ranks; ``None``: the default group)."""
-
-    def __init__(self, group: dist.ProcessGroup | None) -> None:
-        self.group = group
-
-    def isend(self, tensor: torch.Tensor, peer: int, tag: int) -> dist.Work:
-        return dist.isend(tensor, dst=peer, group=self.group, tag=tag)
-
-    def irecv(self, tensor: torch.Tensor, peer: int, tag: int) -> dist.Work:
-        return dist.irecv(tensor, src=peer, group=self.group, tag=tag)
-
-
 #: torch 2.13 names it ``all_gather_single`` (``all_gather_into_tensor`` warns); older torch has only the latter.
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
@@ -130,12 +118,12 @@ def _wait(works: Sequence[dist.Work]) -> None:
 # ---- senders ---------------------------------------------------------------------------------------------------
 
 
-def send_whole(peers: Peers, flat: torch.Tensor, receivers: Sequence[int], tag: int) -> None:
+def send_whole(peers: GroupPeers, flat: torch.Tensor, receivers: Sequence[int], tag: int) -> None:
     """send/recv: the whole slice to every receiver (Figure 3a)."""
     _wait([peers.isend(flat, r, tag) for r in receivers])
 
 
-def send_parts(peers: Peers, flat: torch.Tensor, groups: Sequence[GatherGroup], tag: int) -> None:
+def send_parts(peers: GroupPeers, flat: torch.Tensor, groups: Sequence[GatherGroup], tag: int) -> None:
     """All-gather strategies, first stage: part ``i`` of each group to its ``i``-th member."""
     n = flat.numel()
     works = []
@@ -150,7 +138,7 @@ def send_parts(peers: Peers, flat: torch.Tensor, groups: Sequence[GatherGroup], 
     _wait(works)
 
 
-def chain_send(peers: Peers, flat: torch.Tensor, first: int, parts: Sequence[tuple[int, int]],
+def chain_send(peers: GroupPeers, flat: torch.Tensor, first: int, parts: Sequence[tuple[int, int]],
                tag_of) -> None:
     """broadcast, the chain's head: every part to the first receiver."""
     _wait([peers.isend(flat[a:b], first, tag_of(k)) for k, (a, b) in enumerate(parts)])
@@ -159,13 +147,13 @@ def chain_send(peers: Peers, flat: torch.Tensor, first: int, parts: Sequence[tup
 # ---- receivers -------------------------------------------------------------------------------------------------
 
 
-def receive_whole(peers: Peers, buffer: torch.Tensor, sender: int, tag: int) -> None:
+def receive_whole(peers: GroupPeers, buffer: torch.Tensor, sender: int, tag: int) -> None:
     peers.irecv(buffer, sender, tag).wait()
 
 
-def receive_and_gather(peers: Peers, out: torch.Tensor | None, n: int, dtype: torch.dtype, device: torch.device,
-                       sender: int, group: GatherGroup, subgroup: dist.ProcessGroup | None, rank: int,
-                       tag: int) -> torch.Tensor:
+def receive_and_gather(peers: GroupPeers, out: torch.Tensor | None, n: int, dtype: torch.dtype,
+                       device: torch.device, sender: int, group: GatherGroup,
+                       subgroup: dist.ProcessGroup | None, rank: int, tag: int) -> torch.Tensor:
     """All-gather strategies, this receiver: its part from the sender, then the
     all-gather in ``subgroup``. Gathers into ``out`` (the contiguous flat view of
     the box in the output, or ``None``) when no padding is needed, else into a
@@ -185,7 +173,7 @@ def receive_and_gather(peers: Peers, out: torch.Tensor | None, n: int, dtype: to
     return gathered
 
 
-def chain_receive(peers: Peers, buffer: torch.Tensor, previous: int, following: int | None,
+def chain_receive(peers: GroupPeers, buffer: torch.Tensor, previous: int, following: int | None,
                   parts: Sequence[tuple[int, int]], tag_of) -> None:
     """broadcast, a chain member: post every receive, forward each part as soon as it arrived."""
     receives = [peers.irecv(buffer[a:b], previous, tag_of(k)) for k, (a, b) in enumerate(parts)]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -36,7 +37,7 @@ from enforcer.reshard import Resharder
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.reshard import default_topology
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.plan.resharding import ReshardProgram, Strategy
+from optimizer_service.plan.resharding import Box, ReshardProgram, Strategy
 from optimizer_service.resharding.planner import ALGORITHMS, plan_resharding
 from optimizer_service.resharding.spec import parse_endpoint
 
@@ -67,10 +68,7 @@ def plan(args: argparse.Namespace) -> ReshardProgram:
 
 
 def global_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    numel = 1
-    for length in shape:
-        numel *= length
-    return (torch.arange(numel, dtype=torch.int64) % 251).to(dtype).reshape(shape)
+    return (torch.arange(math.prod(shape), dtype=torch.int64) % 251).to(dtype).reshape(shape)
 
 
 def run_rank(program_text: str, dtype_name: str, repeats: int) -> dict:
@@ -78,9 +76,10 @@ def run_rank(program_text: str, dtype_name: str, repeats: int) -> dict:
     program = ReshardProgram.parse(program_text)
     rank, dtype = dist.get_rank(), getattr(torch, dtype_name)
     full = global_tensor(program.shape, dtype)
+    whole = Box.whole(program.shape)
 
-    def cut(box):
-        return full[tuple(slice(a, b) for a, b in zip(box.starts, box.stops))]
+    def cut(box: Box) -> torch.Tensor:
+        return full[box.relative_to(whole)]
 
     local = cut(program.sources[rank]).contiguous() if rank in program.sources else None
     resharder = Resharder(program)
