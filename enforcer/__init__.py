@@ -5,7 +5,9 @@ torch.distributed; torch also imports it by itself through the
 ``torch.backends`` entry point (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``), so
 training scripts only change ``backend="p2enforcer"``.
 
-* :mod:`enforcer.backend` — the process group: passthrough, trace, plans;
+* :mod:`enforcer.native` — the C++ backend (``enforcer._native``, the default when built):
+  passthrough and trace in C++, plans through the same runtime;
+* :mod:`enforcer.backend` — the Python process group (``P2_ENFORCER_IMPL=python``);
 * :mod:`enforcer.trace` — what it saw, exported as JSON;
 * :mod:`enforcer.bypass` — counts ops that reach the inner backend directly;
 * :mod:`optimizer_service.plan.op_plan` — the plan it installs (pure);
@@ -28,6 +30,8 @@ from enforcer.api import (  # noqa: E402
     attach,
     bypass_counts,
     export_trace,
+    group_of,
+    implementation,
     install_plan,
     metrics_text,
     plan_version,
@@ -37,7 +41,7 @@ from enforcer.api import (  # noqa: E402
     trace,
 )
 
-__all__ = ["attach", "bypass_counts", "export_trace", "install_plan", "metrics_text", "plan_version", "register",
-           "remove_plan", "step", "trace"]
+__all__ = ["attach", "bypass_counts", "export_trace", "group_of", "implementation", "install_plan", "metrics_text",
+           "plan_version", "register", "remove_plan", "step", "trace"]
 
 register()

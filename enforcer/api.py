@@ -6,9 +6,9 @@ import logging
 import os
 from pathlib import Path
 
-import torch.distributed as dist
 
 from enforcer import bypass, state, switching
+from enforcer.group_core import group_of  # noqa: F401 — re-exported by the package
 from enforcer.trace import trace_path
 from optimizer_service.metrics import enforcer_exposition
 from optimizer_service.plan import InvalidInputError
@@ -16,12 +16,21 @@ from optimizer_service.plan import InvalidInputError
 log = logging.getLogger("enforcer")
 
 
-def register() -> None:
-    """Register the ``p2enforcer`` backend (done on ``import enforcer``; idempotent)."""
+def register() -> str:
+    """Register the ``p2enforcer`` backend (done on ``import enforcer``; idempotent);
+    returns the implementation in use, ``cpp`` or ``python``. Only the Python group
+    can be bypassed, so only it installs the bypass counter."""
     from enforcer.backend import register as register_backend
     state.settings()                  # read the P2_* settings once, now
-    register_backend()
-    bypass.install()
+    impl = register_backend()
+    if impl == "python":
+        bypass.install()
+    return impl
+
+
+def implementation() -> str:
+    """The p2enforcer implementation this process registered: ``cpp`` or ``python``."""
+    return register()
 
 
 def step() -> int:
@@ -50,9 +59,8 @@ def attach(optimizer) -> None:
 def plan_version(group=None) -> int:
     """The version of the plan ``group`` (default: the world) runs now; 0 in
     passthrough or when the group is not a p2enforcer group."""
-    from enforcer.backend import EnforcerGroup
-    group = group or dist.group.WORLD
-    runtime = getattr(group, "runtime", None) if isinstance(group, EnforcerGroup) else None
+    ours = group_of(group)
+    runtime = None if ours is None else ours.runtime
     return 0 if runtime is None else runtime.plan.version
 
 
@@ -85,12 +93,11 @@ def metrics_text() -> str:
 
 
 def _enforcer_group(group):
-    from enforcer.backend import EnforcerGroup
-    group = group or dist.group.WORLD
-    if not isinstance(group, EnforcerGroup):
+    ours = group_of(group)
+    if ours is None:
         raise InvalidInputError("plans are installed on a p2enforcer process group; "
-                         'init_process_group(backend="p2enforcer") first')
-    return group
+                                'init_process_group(backend="p2enforcer") first')
+    return ours
 
 
 def install_plan(plan, group=None) -> None:

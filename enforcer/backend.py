@@ -34,7 +34,6 @@ this backend gives each subgroup its own inner communicators.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -43,6 +42,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
 from enforcer import inner, state
+from enforcer.group_core import GroupCore, creator_arguments, group_of
 from enforcer.works import all_of, on_complete
 from optimizer_service.plan import InvalidInputError
 from optimizer_service.plan.trace import COMM_KINDS
@@ -77,47 +77,19 @@ def _first(tensors) -> torch.Tensor | None:
     return tensors[0] if tensors else None
 
 
-class EnforcerGroup(ProcessGroup):
+class EnforcerGroup(ProcessGroup, GroupCore):
     """One ``p2enforcer`` process group (the default group or a subgroup)."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta,
                  ranks: tuple[int, ...], name: str) -> None:
         super().__init__(rank, size)
-        self.store = store
-        self.timeout = timeout
-        self.ranks = ranks                      # global ranks, in group-rank order
-        self.group_label = name
-        self.inner_names = inner.parse_inner(state.settings().inner_backend)
-        self._inner: dict[str, dist.Backend] = {}
-        for device, backend_name in self.inner_names.items():
-            backend = inner.create(backend_name, dist.PrefixStore(f"p2inner/{device}/", store), rank, size, timeout)
-            self._inner[device] = backend
-            self._register_backend(torch.device(device), inner.backend_type(backend_name), backend)
+        for device, backend in self._make_inner(store, rank, size, timeout, ranks, name).items():
+            self._register_backend(torch.device(device), inner.backend_type(self.inner_names[device]), backend)
         self._default_device = "cpu" if "cpu" in self._inner else next(iter(self._inner))
         self._cpu = self._inner.get("cpu")
-        # The default group is made before torch counts as initialized.
-        self.is_default = not dist.is_initialized()
         self.tracer = state.reset_tracer(rank, size) if self.is_default else state.tracer()
         self.runtime = None                     # enforcer.runtime.PlanRuntime once a plan is installed
-        self.installs = 0                       # plans installed so far (names their store keys)
-        self.link = None                        # enforcer.link.Link: the default group's, with P2_SERVICE
-        state.register_group(self)
-        settings = state.settings()
-        if self.is_default and settings.plan_file:
-            self._install_from_env(settings.plan_file)
-        if self.is_default and settings.service:
-            from enforcer import link
-            self.link = link.start(self, settings, os.environ)
-
-    def _install_from_env(self, path: str) -> None:
-        """``P2_PLAN_FILE``: the plan to enforce from the first op on; one that does
-        not fit the job is logged and the group stays in passthrough."""
-        from enforcer.runtime import install
-        from optimizer_service.plan import PlanError
-        try:
-            install(self, path)
-        except PlanError as error:
-            log.error("p2enforcer: P2_PLAN_FILE=%s not installed, passing every op through: %s", path, error)
+        self._start()
 
     # -------------------------------------------------------------- plumbing
     def getBackendName(self) -> str:
@@ -132,9 +104,6 @@ class EnforcerGroup(ProcessGroup):
         except KeyError:
             raise InvalidInputError(f"p2enforcer has no inner backend for {device} tensors; set "
                                     f"{inner.ENV_VAR} (e.g. cpu:gloo,{device}:gloo)") from None
-
-    def inner_backend(self, device: str = "cpu") -> dist.Backend:
-        return self._inner[device]
 
     def _op(self, kind: str, tensor: torch.Tensor | None, nbytes: int, run: Callable[[dist.Backend], dist.Work],
             planned: tuple | None = None, root: int | None = None) -> dist.Work:
@@ -285,28 +254,12 @@ class EnforcerGroup(ProcessGroup):
         return self._op("recv", tensors[0], _bytes(tensors), lambda b: b.recv_anysource(tensors, tag))
 
     # ------------------------------------------------------------ lifecycle
-    def replace_runtime(self, runtime=None, abort: bool = False) -> None:
-        """Enforce ``runtime`` from now on (``None``: passthrough); the old one is closed."""
-        old, self.runtime = self.runtime, runtime
-        if old is not None:
-            old.close(abort=abort)
-
-    def _close_link(self) -> None:
-        if self.link is not None:
-            self.link.close()
-
     def shutdown(self) -> None:
-        state.unregister_group(self)
-        self._close_link()
-        self.replace_runtime(None)
-        if self.is_default:
-            state.export_from_env()
+        self._close(abort=False)
         ProcessGroup.shutdown(self)
 
     def abort(self) -> None:
-        state.unregister_group(self)
-        self._close_link()
-        self.replace_runtime(None, abort=True)
+        self._close(abort=True)
         ProcessGroup.abort(self)
 
 
@@ -318,22 +271,40 @@ def _allreduce_options(op) -> dist.AllreduceOptions:
 
 
 def create(backend_options: dist.distributed_c10d._DistributedBackendOptions, _pg_options=None) -> EnforcerGroup:
-    """torch's creator hook (``extended_api=True``: it tells us the group's global ranks)."""
-    size = backend_options.group_size
-    ranks = tuple(backend_options.global_ranks_in_group) or tuple(range(size))
-    if len(ranks) != size:
-        ranks = tuple(range(size))
-    group = EnforcerGroup(backend_options.store, backend_options.group_rank, size, backend_options.timeout,
-                          ranks, str(backend_options.group_id))
-    return group
+    """torch's creator hook for the Python group."""
+    return EnforcerGroup(*creator_arguments(backend_options))
 
 
-def register() -> None:
-    """Register ``p2enforcer`` with torch.distributed (idempotent)."""
+def implementation() -> str:
+    """``cpp`` or ``python``: ``P2_ENFORCER_IMPL``, else the C++ backend when it is built.
+    Asking for cpp where it is not built logs why and uses the Python group."""
+    from enforcer import native
+    wanted = state.settings().impl
+    if wanted == "python":
+        return "python"
+    if native.available():
+        return "cpp"
+    if wanted == "cpp":
+        log.error("p2enforcer: P2_ENFORCER_IMPL=cpp but %s; using the Python group", native.why_unavailable())
+    return "python"
+
+
+def register() -> str:
+    """Register ``p2enforcer`` with torch.distributed (idempotent); returns the implementation used."""
     if BACKEND_NAME.upper() in dist.Backend._plugins:
-        return
-    dist.Backend.register_backend(BACKEND_NAME, create, extended_api=True, devices=["cpu", "cuda"])
+        return _registered[0]
+    impl = implementation()
+    if impl == "cpp":
+        from enforcer.native import create as creator
+    else:
+        creator = create
+    dist.Backend.register_backend(BACKEND_NAME, creator, extended_api=True, devices=["cpu", "cuda"])
+    _registered[:] = [impl]
     _accept_monitored_barrier()
+    return impl
+
+
+_registered = ["python"]
 
 
 def _accept_monitored_barrier() -> None:
@@ -345,9 +316,9 @@ def _accept_monitored_barrier() -> None:
         return
 
     def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False):
-        target = dist.group.WORLD if group is None else group
-        if isinstance(target, EnforcerGroup):
-            return target.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+        ours = group_of(group)
+        if ours is not None:
+            return ours.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
         return original(group, timeout=timeout, wait_all_ranks=wait_all_ranks)
 
     monitored_barrier.__doc__ = original.__doc__

@@ -31,6 +31,7 @@ from collections import Counter
 import torch.distributed as dist
 
 from enforcer import state
+from enforcer.group_core import group_of
 from enforcer.runtime import PlanRuntime
 from optimizer_service.plan import Plan
 
@@ -95,7 +96,9 @@ class PlanRuntimes:
 def build(default, plan: Plan, store: dist.Store) -> PlanRuntimes:
     """``plan``'s runtimes on the default group and the subgroups it names
     (collective among each channel backend's members; PlanError passes, with
-    what was built closed)."""
+    what was built closed). ``default``: the default group (either implementation,
+    or its ``ProcessGroup``)."""
+    default = group_of(default)
     runtimes: dict = {}
     try:
         for group in [default, *subgroups_of(default, plan)]:

@@ -13,6 +13,11 @@ naming the variable (the backend then keeps its defaults and logs it).
 ``P2_COUNT_BYPASS``    ``0`` turns off counting ops that bypass the enforcer
 ``P2_CHANNEL_IFNAMES`` the node's NICs, one per channel (``nic0,nic1``; set by
                        the emulated cluster's launcher)
+``P2_CHANNEL_BACKENDS`` the inner backend of each plan channel (``gloo,ucc``:
+                       channel 1 on UCC); unset, every channel uses the CPU
+                       inner backend of ``P2_INNER_BACKEND``
+``P2_ENFORCER_IMPL``   ``cpp`` (the C++ backend, default when it is built) or
+                       ``python`` (the Python process group)
 ``P2_SERVICE``         the optimizer service's ``host:port``: each rank links to it
                        (:mod:`enforcer.link`); unset, nothing changes
 ``P2_TOKEN``           its bearer token (``P2_TOKEN_FILE``: a file holding it,
@@ -50,6 +55,8 @@ class EnforcerSettings:
     plan_file: str | None = None
     count_bypass: bool = True
     channel_ifnames: tuple[str, ...] = ()
+    channel_backends: tuple[str, ...] = ()
+    impl: str | None = None                                 # None: cpp when built, else python
     service: str | None = None
     token: str | None = field(default=None, repr=False)     # never in a log line
     token_file: str | None = None
@@ -77,6 +84,8 @@ class EnforcerSettings:
         return cls(inner_backend=env.get("P2_INNER_BACKEND") or None, trace_file=env.get("P2_TRACE_FILE") or None,
                    trace_limit=limit, plan_file=env.get("P2_PLAN_FILE") or None, count_bypass=bypass == "1",
                    channel_ifnames=tuple(name for name in env.get("P2_CHANNEL_IFNAMES", "").split(",") if name),
+                   channel_backends=_channel_backends(env.get("P2_CHANNEL_BACKENDS", "")),
+                   impl=_impl(env.get("P2_ENFORCER_IMPL", "")),
                    service=service, token=env.get("P2_TOKEN", "").strip() or None,
                    token_file=env.get("P2_TOKEN_FILE") or None, tls_ca=env.get("P2_TLS_CA") or None,
                    tls_cert=tls_cert, tls_key=tls_key, job=env.get("P2_JOB", "").strip() or None,
@@ -84,6 +93,26 @@ class EnforcerSettings:
                                               DEFAULT_SWITCH_EVERY, "iterations"),
                    prepare_timeout=_prepare_timeout(env.get("P2_PREPARE_TIMEOUT", "").strip()),
                    topology=env.get("P2_TOPOLOGY", "").strip() or None)
+
+
+IMPLS = ("cpp", "python")
+CHANNEL_BACKENDS = ("gloo", "nccl", "ucc")
+
+
+def _impl(text: str) -> str | None:
+    text = text.strip().lower()
+    if text and text not in IMPLS:
+        raise InvalidInputError(f"P2_ENFORCER_IMPL={text!r} must be cpp or python")
+    return text or None
+
+
+def _channel_backends(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip().lower() for name in text.split(",") if name.strip())
+    for name in names:
+        if name not in CHANNEL_BACKENDS:
+            raise InvalidInputError(f"P2_CHANNEL_BACKENDS: unknown backend {name!r}; "
+                                    f"give one of {', '.join(CHANNEL_BACKENDS)} per channel, e.g. gloo,ucc")
+    return names
 
 
 def _at_least_one(name: str, text: str, default: int, unit: str) -> int:

@@ -55,17 +55,18 @@ def tracer() -> Tracer:
         return _tracer
 
 
-def reset_tracer(rank: int, size: int) -> Tracer:
-    """Start a fresh trace (a default group is being made)."""
+def reset_tracer(rank: int, size: int, kind: type[Tracer] = Tracer) -> Tracer:
+    """Start a fresh trace (a default group is being made); ``kind``: the C++ backend's
+    groups record into a :class:`enforcer.native.NativeTracer`."""
     with _lock:
-        return _start(rank, size)
+        return _start(rank, size, kind)
 
 
-def _start(rank: int, size: int) -> Tracer:
+def _start(rank: int, size: int, kind: type[Tracer] = Tracer) -> Tracer:
     global _tracer
     if _tracer is None:
         atexit.register(export_from_env)
-    _tracer = Tracer(rank, size, settings().trace_limit)
+    _tracer = kind(rank, size, settings().trace_limit)
     return _tracer
 
 

@@ -86,7 +86,7 @@ class Tracer:
         self._seq = 0
         self._group_seq: dict[str, int] = {}
         self.bypassed: Counter[str] = Counter()
-        self.counts: Counter[str] = Counter()
+        self._counts: Counter[str] = Counter()
         self.switches: list[dict] = []     # plans the optimizer service switched to, at which iteration
 
     def now(self) -> float:
@@ -102,8 +102,13 @@ class Tracer:
             if len(self._ops) == self._ops.maxlen:
                 self._dropped += 1
             self._ops.append(record)
-            self.counts[kind] += 1
+            self._counts[kind] += 1
         return record
+
+    @property
+    def counts(self) -> Counter[str]:
+        """Ops seen so far, by kind (also those the trace no longer keeps)."""
+        return self._counts
 
     def complete(self, record: OpRecord) -> None:
         record.completed = time.perf_counter() - self.started
@@ -205,10 +210,7 @@ class Tracer:
         # deque in one call that runs no Python code, so no append lands mid-copy;
         # iterating the deque itself while converting each record did (RuntimeError).
         waits, motifs = list(self._waits), list(self._motifs)
-        with self._lock:
-            ops = [asdict(r) for r in self._ops]
-            dropped = self._dropped
-            steps = self.steps
+        ops, dropped, steps = self._op_dicts()
         waits = [asdict(w) for w in waits]
         motifs = [asdict(m) for m in motifs]
         boundaries = "step"
@@ -235,6 +237,11 @@ class Tracer:
             "bypassed": dict(self.bypassed),
             "switches": list(self.switches),
         }
+
+    def _op_dicts(self) -> tuple[list[dict], int, int]:
+        """The kept ops as dicts (OpRecord's fields), how many were dropped, and the steps so far."""
+        with self._lock:
+            return [asdict(r) for r in self._ops], self._dropped, self.steps
 
     def export(self, path: str | os.PathLike) -> Path:
         """Write the trace as JSON (atomically) and return the path."""

@@ -59,7 +59,7 @@ def subgroup_plans(iterations: int = 3) -> dict:
     replica, peer = replicas[rank // 2], peers[rank % 2]
     pairs = [(replica, plain_replicas[rank // 2]), (peer, plain_peers[rank % 2]),
              (dist.group.WORLD, dist.new_group(backend="gloo"))]
-    world = dist.group.WORLD
+    world = enforcer.group_of()
     groups = [(0, 1), (2, 3), (0, 2), (1, 3), (0, 1, 2, 3)]
     plan = Plan(7, 4, {0: None, 1: None}, tuple(all_reduce_plan(g) for g in groups))
     runtimes = plan_groups.build(world, plan, dist.PrefixStore("p2svc/v7/", world.store))
@@ -78,4 +78,4 @@ def subgroup_plans(iterations: int = 3) -> dict:
     world_only = Plan(8, 4, {0: None}, (all_reduce_plan(groups[-1]),))
     plan_groups.build(world, world_only, dist.PrefixStore("p2svc/v8/", world.store)).install()
     return {"built": built, "mismatches": mismatches, "enforced": enforced,
-            "after": [group.runtime is None for group in (replica, peer)] + [enforcer.plan_version()]}
+            "after": [enforcer.group_of(group).runtime is None for group in (replica, peer)] + [enforcer.plan_version()]}

@@ -49,7 +49,7 @@ def train(until: str, version: int = 0, iterations: int = 0, pause: float = 0.0,
     ``after`` more iterations. Every stop is decided collectively (on the plain
     group), so all ranks run the same iterations whatever they heard."""
     plain = dist.new_group(backend="gloo")
-    link = dist.group.WORLD.link
+    link = enforcer.group_of().link
     mismatches, iteration, remaining = [], 0, None
     started = time.perf_counter()
     while True:

@@ -8,12 +8,15 @@ import pytest
 
 from enforcer.trace import detect_period, trace_path
 from tests.enforcer import backend_ranks
+from enforcer import native
+from tests.enforcer.impls import IMPLS, impl_env
 from tests.support.multiproc import run_world
 
 INIT_ONE_RANK = ("import torch.distributed as dist; "
                  "dist.init_process_group('p2enforcer', store=dist.HashStore(), rank=0, world_size=1); "
                  "import torch; t = torch.ones(3); dist.all_reduce(t); "
-                 "print(type(dist.group.WORLD).__name__, t.tolist())")
+                 "import enforcer; print(type(enforcer.group_of()).__name__, t.tolist())")
+GROUP_CLASS = {"cpp": "NativeGroup", "python": "EnforcerGroup"}
 
 
 def python(code: str, **env) -> subprocess.CompletedProcess:
@@ -21,18 +24,20 @@ def python(code: str, **env) -> subprocess.CompletedProcess:
                           env={**os.environ, **env})
 
 
-def test_torch_loads_the_backend_by_itself():
-    done = python(INIT_ONE_RANK)
+@pytest.mark.parametrize("impl", IMPLS)
+def test_torch_loads_the_backend_by_itself(impl):
+    done = python(INIT_ONE_RANK, P2_ENFORCER_IMPL=impl)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["EnforcerGroup", "[1.0,", "1.0,", "1.0]"]
+    assert done.stdout.split() == [GROUP_CLASS[impl], "[1.0,", "1.0,", "1.0]"]
 
 
-def test_without_autoload_import_enforcer_registers_it():
-    refused = python(INIT_ONE_RANK, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+@pytest.mark.parametrize("impl", IMPLS)
+def test_without_autoload_import_enforcer_registers_it(impl):
+    refused = python(INIT_ONE_RANK.replace("import enforcer; ", ""), TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     assert refused.returncode != 0 and "P2ENFORCER" in refused.stderr.upper()
-    done = python("import enforcer; " + INIT_ONE_RANK, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    done = python("import enforcer; " + INIT_ONE_RANK, TORCH_DEVICE_BACKEND_AUTOLOAD="0", P2_ENFORCER_IMPL=impl)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("EnforcerGroup")
+    assert done.stdout.startswith(GROUP_CLASS[impl])
 
 
 def test_bad_inner_backend_is_one_clear_line():
@@ -81,8 +86,18 @@ def test_trace_records_every_op_with_iterations(tmp_path, mark_steps):
 
 @pytest.mark.multiproc
 def test_bypassing_ops_are_counted_per_kind_and_functional_collectives_are_not_bypasses():
-    for result in run_world(2, backend_ranks.bypasses, backend="p2enforcer"):
+    for result in run_world(2, backend_ranks.bypasses, backend="p2enforcer", env=impl_env("python")):
         assert result["bypassed"] == {"c10d.barrier": 2}
         assert result["ops"].get("all_gather_into_tensor_coalesced") == 1
         rank = result["metrics"].split('rank="', 1)[1].split('"', 1)[0]
         assert f'p2_rank_bypassed_total{{op="c10d.barrier",rank="{rank}"}} 2.0' in result["metrics"]
+
+
+@pytest.mark.multiproc
+@pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "built")
+def test_nothing_bypasses_the_cpp_backend():
+    """Raw dispatcher ops reach the C++ backend like every other route: traced, none bypassed."""
+    for result in run_world(2, backend_ranks.bypasses, backend="p2enforcer", env=impl_env("cpp")):
+        assert result["bypassed"] == {}
+        assert result["ops"] == {"all_gather_into_tensor_coalesced": 1, "barrier": 2}
+        assert "p2_rank_bypassed_total{" not in result["metrics"]          # no sample: nothing bypassed

@@ -1,0 +1,368 @@
+#include "enforcer_backend.hpp"
+
+#include "scaled_work.hpp"
+#include "works.hpp"
+
+namespace py = pybind11;
+using c10d::Work;
+using WorkPtr = c10::intrusive_ptr<Work>;
+
+namespace p2 {
+
+namespace {
+
+// The dtype as the Python trace names it (str(torch.float32) without "torch.").
+const std::string& dtype_name(const at::Tensor* tensor) {
+  static const std::string none;
+  static std::array<std::string, static_cast<size_t>(at::ScalarType::NumOptions)> names = [] {
+    std::array<std::string, static_cast<size_t>(at::ScalarType::NumOptions)> out;
+    for (size_t i = 0; i < out.size(); ++i) {
+      auto type = static_cast<at::ScalarType>(i);
+      std::string name = c10::toString(type);
+      for (auto& c : name) c = static_cast<char>(std::tolower(c));
+      out[i] = name;
+    }
+    auto set = [&](at::ScalarType type, const char* name) { out[static_cast<size_t>(type)] = name; };
+    set(at::kFloat, "float32"); set(at::kDouble, "float64"); set(at::kHalf, "float16"); set(at::kBFloat16, "bfloat16");
+    set(at::kLong, "int64"); set(at::kInt, "int32"); set(at::kShort, "int16"); set(at::kChar, "int8");
+    set(at::kByte, "uint8"); set(at::kBool, "bool"); set(at::kComplexFloat, "complex64");
+    set(at::kComplexDouble, "complex128"); set(at::kComplexHalf, "complex32");
+    return out;
+  }();
+  if (tensor == nullptr || !tensor->defined()) return none;
+  return names[static_cast<size_t>(tensor->scalar_type())];
+}
+
+int64_t nbytes(const at::Tensor& tensor) { return static_cast<int64_t>(tensor.numel()) * tensor.element_size(); }
+
+int64_t nbytes(const std::vector<at::Tensor>& tensors) {
+  int64_t total = 0;
+  for (const auto& t : tensors) total += nbytes(t);
+  return total;
+}
+
+int64_t nbytes(const std::vector<std::vector<at::Tensor>>& lists) {
+  int64_t total = 0;
+  for (const auto& list : lists) total += nbytes(list);
+  return total;
+}
+
+const at::Tensor* first(const std::vector<at::Tensor>& tensors) { return tensors.empty() ? nullptr : &tensors[0]; }
+
+// No arguments for the plan runtime: it only counts the op.
+struct NoArgs {
+  py::tuple operator()() const { return py::tuple(); }
+};
+
+}  // namespace
+
+EnforcerBackend::EnforcerBackend(int rank, int size, std::shared_ptr<OpTrace> trace, int32_t group,
+                                 std::map<std::string, Inner> inner)
+    : Backend(rank, size), trace_(std::move(trace)), group_(group), inner_(std::move(inner)) {
+  TORCH_CHECK(!inner_.empty(), "p2enforcer: no inner backend given");
+  if (auto it = inner_.find("cpu"); it != inner_.end()) {
+    cpu_ = it->second.get();
+    cpu_lacks_avg_ = cpu_->getBackendName() == "gloo";
+  }
+  if (auto it = inner_.find("cuda"); it != inner_.end()) cuda_ = it->second.get();
+}
+
+EnforcerBackend::~EnforcerBackend() {
+  if (!Py_IsInitialized()) {            // at interpreter exit: leak the Python references rather than crash
+    planner_.release();
+    on_close_.release();
+    return;
+  }
+  py::gil_scoped_acquire gil;
+  planner_ = py::object();
+  on_close_ = py::object();
+}
+
+void EnforcerBackend::set_planner(py::object planner) {
+  planner_ = std::move(planner);
+  planned_.store(!planner_.is_none(), std::memory_order_release);
+}
+
+void EnforcerBackend::set_on_close(py::object on_close) { on_close_ = std::move(on_close); }
+
+EnforcerBackend::Inner EnforcerBackend::inner(const std::string& device) const {
+  auto it = inner_.find(device);
+  TORCH_CHECK(it != inner_.end(), "p2enforcer has no inner backend for ", device);
+  return it->second;
+}
+
+c10d::Backend& EnforcerBackend::inner_for(const at::Tensor* tensor) {
+  if (cpu_ != nullptr && (tensor == nullptr || tensor->is_cpu())) return *cpu_;
+  if (tensor != nullptr && tensor->is_cuda() && cuda_ != nullptr) return *cuda_;
+  std::string device = tensor == nullptr ? inner_.begin()->first : c10::DeviceTypeName(tensor->device().type(), true);
+  auto it = inner_.find(device);
+  TORCH_CHECK(it != inner_.end(), "p2enforcer has no inner backend for ", device,
+              " tensors; set P2_INNER_BACKEND (e.g. cpu:gloo,", device, ":gloo)");
+  return *it->second;
+}
+
+WorkPtr EnforcerBackend::track(WorkPtr work, int64_t index) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  try {
+    future = work->getFuture();
+  } catch (const std::exception&) {
+    return c10::make_intrusive<TrackedWork>(std::move(work), trace_, index);   // no future (gloo's send/recv)
+  }
+  std::weak_ptr<OpTrace> trace = trace_;
+  future->addCallback([trace, index](c10::ivalue::Future&) {
+    if (auto alive = trace.lock()) alive->complete(index);
+  });
+  return work;
+}
+
+template <typename Run, typename Args>
+WorkPtr EnforcerBackend::op(OpKind kind, const at::Tensor* tensor, int64_t bytes, int32_t root, Run&& run,
+                            Args&& planned_args, bool plannable) {
+  OpEntry entry = trace_->issue(kind, dtype_name(tensor), bytes, group_, root);
+  if (planned_.load(std::memory_order_acquire) && (plannable || is_comm_kind(kind))) {
+    py::gil_scoped_acquire gil;
+    py::object planner = planner_;
+    if (!planner.is_none()) {
+      py::tuple args = plannable ? planned_args() : py::tuple();
+      py::object work = planner(kOpKindNames[static_cast<size_t>(kind)], entry.index, entry.iteration, entry.seq, *args);
+      if (!work.is_none()) return c10::make_intrusive<HeldPyWork>(std::move(work));
+    }
+  }
+  return track(run(inner_for(tensor)), entry.index);
+}
+
+// ------------------------------------------------------------------ plumbing
+bool EnforcerBackend::supportsCoalescing() const { return cpu_ != nullptr && cpu_->supportsCoalescing(); }
+void EnforcerBackend::startCoalescing() { inner_for(nullptr).startCoalescing(); }
+WorkPtr EnforcerBackend::endCoalescing() { return inner_for(nullptr).endCoalescing(); }
+
+void EnforcerBackend::setTimeout(std::chrono::milliseconds timeout) {
+  for (auto& [device, backend] : inner_) backend->setTimeout(timeout);
+}
+
+void EnforcerBackend::setSequenceNumberForGroup() { inner_for(nullptr).setSequenceNumberForGroup(); }
+uint64_t EnforcerBackend::getSequenceNumberForGroup() { return inner_for(nullptr).getSequenceNumberForGroup(); }
+
+// ---------------------------------------------------------------- all-reduce
+WorkPtr EnforcerBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  const at::Tensor* sample = first(tensors);
+  return op(
+      OpKind::AllReduce, sample, nbytes(tensors), 0,
+      [&](c10d::Backend& b) -> WorkPtr {
+        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, sample);
+        if (!scaling.needed) return b.allreduce(tensors, opts);
+        c10d::AllreduceOptions sum = opts;
+        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+        return c10::make_intrusive<ScaledWork>(b.allreduce(tensors, sum), tensors, std::move(scaling));
+      },
+      [&] { return py::make_tuple(tensors, opts); }, true);
+}
+
+WorkPtr EnforcerBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                             const c10d::AllreduceCoalescedOptions& opts) {
+  const at::Tensor* sample = first(tensors);
+  return op(
+      OpKind::AllReduceCoalesced, sample, nbytes(tensors), 0,
+      [&](c10d::Backend& b) -> WorkPtr {
+        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, sample);
+        if (!scaling.needed) return b.allreduce_coalesced(tensors, opts);
+        c10d::AllreduceCoalescedOptions sum = opts;
+        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+        return c10::make_intrusive<ScaledWork>(b.allreduce_coalesced(tensors, sum), tensors, std::move(scaling));
+      },
+      NoArgs(), false);
+}
+
+// ------------------------------------------------------------------ rooted
+WorkPtr EnforcerBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  return op(
+      OpKind::Broadcast, first(tensors), nbytes(tensors), static_cast<int32_t>(opts.rootRank),
+      [&](c10d::Backend& b) { return b.broadcast(tensors, opts); },
+      [&] { return py::make_tuple(tensors, opts); }, true);
+}
+
+WorkPtr EnforcerBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
+  const at::Tensor* sample = first(tensors);
+  return op(
+      OpKind::Reduce, sample, nbytes(tensors), static_cast<int32_t>(opts.rootRank),
+      [&](c10d::Backend& b) -> WorkPtr {
+        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, sample);
+        if (!scaling.needed) return b.reduce(tensors, opts);
+        c10d::ReduceOptions sum = opts;
+        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+        std::vector<at::Tensor> outputs;
+        if (getRank() == opts.rootRank) outputs = tensors;    // only the root's result is defined
+        return c10::make_intrusive<ScaledWork>(b.reduce(tensors, sum), std::move(outputs), std::move(scaling));
+      },
+      NoArgs(), false);
+}
+
+WorkPtr EnforcerBackend::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                const c10d::GatherOptions& opts) {
+  return op(
+      OpKind::Gather, first(inputs), nbytes(inputs) * getSize(), static_cast<int32_t>(opts.rootRank),
+      [&](c10d::Backend& b) { return b.gather(outputs, inputs, opts); }, NoArgs(), false);
+}
+
+WorkPtr EnforcerBackend::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                 const c10d::ScatterOptions& opts) {
+  return op(
+      OpKind::Scatter, first(outputs), nbytes(outputs) * getSize(), static_cast<int32_t>(opts.rootRank),
+      [&](c10d::Backend& b) { return b.scatter(outputs, inputs, opts); }, NoArgs(), false);
+}
+
+// ------------------------------------------------------------------ gathers
+WorkPtr EnforcerBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+                                   const c10d::AllgatherOptions& opts) {
+  return op(
+      OpKind::AllGather, first(inputs), nbytes(outputs), 0,
+      [&](c10d::Backend& b) { return b.allgather(outputs, inputs, opts); }, NoArgs(), false);
+}
+
+WorkPtr EnforcerBackend::_allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  return op(
+      OpKind::AllGatherIntoTensor, &input, nbytes(output), 0,
+      [&](c10d::Backend& b) { return b._allgather_base(output, input, opts); },
+      [&] { return py::make_tuple(output, input, opts); }, true);
+}
+
+WorkPtr EnforcerBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                             std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions& opts) {
+  return op(
+      OpKind::AllGatherCoalesced, first(inputs), nbytes(outputs), 0,
+      [&](c10d::Backend& b) { return b.allgather_coalesced(outputs, inputs, opts); }, NoArgs(), false);
+}
+
+WorkPtr EnforcerBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::AllgatherOptions& opts) {
+  return op(
+      OpKind::AllGatherIntoTensorCoalesced, first(inputs), nbytes(outputs), 0,
+      [&](c10d::Backend& b) { return b.allgather_into_tensor_coalesced(outputs, inputs, opts); }, NoArgs(), false);
+}
+
+// ----------------------------------------------------------- reduce-scatters
+WorkPtr EnforcerBackend::reduce_scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+                                        const c10d::ReduceScatterOptions& opts) {
+  const at::Tensor* sample = first(outputs);
+  return op(
+      OpKind::ReduceScatter, sample, nbytes(inputs), 0,
+      [&](c10d::Backend& b) -> WorkPtr {
+        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, sample);
+        if (!scaling.needed) return b.reduce_scatter(outputs, inputs, opts);
+        c10d::ReduceScatterOptions sum = opts;
+        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+        return c10::make_intrusive<ScaledWork>(b.reduce_scatter(outputs, inputs, sum), outputs, std::move(scaling));
+      },
+      NoArgs(), false);
+}
+
+WorkPtr EnforcerBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                              const c10d::ReduceScatterOptions& opts) {
+  return op(
+      OpKind::ReduceScatterTensor, &input, nbytes(input), 0,
+      [&](c10d::Backend& b) -> WorkPtr {
+        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, &input);
+        if (!scaling.needed) return b._reduce_scatter_base(output, input, opts);
+        c10d::ReduceScatterOptions sum = opts;
+        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+        return c10::make_intrusive<ScaledWork>(b._reduce_scatter_base(output, input, sum),
+                                               std::vector<at::Tensor>{output}, std::move(scaling));
+      },
+      [&] { return py::make_tuple(output, input, opts); }, true);
+}
+
+WorkPtr EnforcerBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::ReduceScatterOptions& opts) {
+  const at::Tensor* sample = first(inputs);
+  return op(
+      OpKind::ReduceScatterTensorCoalesced, sample, nbytes(inputs), 0,
+      [&](c10d::Backend& b) -> WorkPtr {
+        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, sample);
+        if (!scaling.needed) return b.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
+        c10d::ReduceScatterOptions sum = opts;
+        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+        return c10::make_intrusive<ScaledWork>(b.reduce_scatter_tensor_coalesced(outputs, inputs, sum), outputs,
+                                               std::move(scaling));
+      },
+      NoArgs(), false);
+}
+
+// --------------------------------------------------------------- all-to-all
+WorkPtr EnforcerBackend::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                                       std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
+  bool even = output_splits.empty() && input_splits.empty();     // only even splits are planned
+  return op(
+      OpKind::AllToAllSingle, &input, nbytes(input), 0,
+      [&](c10d::Backend& b) { return b.alltoall_base(output, input, output_splits, input_splits, opts); },
+      [&] { return py::make_tuple(output, input, opts); }, even);
+}
+
+WorkPtr EnforcerBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+                                  const c10d::AllToAllOptions& opts) {
+  return op(
+      OpKind::AllToAll, first(inputs), nbytes(inputs), 0,
+      [&](c10d::Backend& b) { return b.alltoall(outputs, inputs, opts); }, NoArgs(), false);
+}
+
+// ----------------------------------------------------------------- barriers
+WorkPtr EnforcerBackend::barrier(const c10d::BarrierOptions& opts) {
+  return op(
+      OpKind::Barrier, nullptr, 0, 0, [&](c10d::Backend& b) { return b.barrier(opts); }, NoArgs(), false);
+}
+
+void EnforcerBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  OpEntry entry = trace_->issue(OpKind::MonitoredBarrier, dtype_name(nullptr), 0, group_, 0);
+  inner_for(nullptr).monitoredBarrier(opts, wait_all_ranks);
+  trace_->complete(entry.index);
+}
+
+// ----------------------------------------------------------- point-to-point
+WorkPtr EnforcerBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  return op(
+      OpKind::Send, first(tensors), nbytes(tensors), 0, [&](c10d::Backend& b) { return b.send(tensors, dst, tag); },
+      NoArgs(), false);
+}
+
+WorkPtr EnforcerBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  return op(
+      OpKind::Recv, first(tensors), nbytes(tensors), 0, [&](c10d::Backend& b) { return b.recv(tensors, src, tag); },
+      NoArgs(), false);
+}
+
+WorkPtr EnforcerBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  return op(
+      OpKind::Recv, first(tensors), nbytes(tensors), 0,
+      [&](c10d::Backend& b) { return b.recvAnysource(tensors, tag); }, NoArgs(), false);
+}
+
+// ---------------------------------------------------------------- lifecycle
+void EnforcerBackend::close(bool abort) {
+  if (closed_.exchange(true)) return;
+  if (Py_IsInitialized()) {
+    py::gil_scoped_acquire gil;
+    if (on_close_ && !on_close_.is_none()) {
+      try {
+        on_close_(abort);
+      } catch (py::error_already_set& error) {
+        error.discard_as_unraisable("p2enforcer: closing the Python side of a group");
+      }
+    }
+    on_close_ = py::none();
+    planner_ = py::none();
+    planned_.store(false);
+  }
+  for (auto& [device, backend] : inner_) {
+    if (abort) {
+      backend->abort();
+    } else {
+      backend->shutdown();
+    }
+  }
+}
+
+void EnforcerBackend::abort() { close(true); }
+void EnforcerBackend::shutdown() { close(false); }
+
+}  // namespace p2

@@ -1,0 +1,86 @@
+// The per-rank op trace of the C++ p2enforcer backend: a bounded ring buffer.
+//
+// Every op that reaches an EnforcerBackend is recorded here, in submission
+// order, with the fields of the Python trace (enforcer/trace.py): iteration,
+// seq, group_seq, kind, dtype, bytes, group, issue and completion time,
+// enforced, root. Times are seconds on the monotonic clock (the clock Python's
+// time.perf_counter reads) since `started`, so records and the Python side's
+// waits and motifs share one time line. The ring keeps the newest `capacity`
+// ops; older ones are counted as dropped. enforcer/native.py turns a snapshot
+// into the trace format.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace p2 {
+
+// Op kinds, in the order of kOpKindNames (the names the Python trace uses).
+enum class OpKind : uint8_t {
+  AllReduce, AllReduceCoalesced, Broadcast, Reduce, Gather, Scatter, AllGather, AllGatherIntoTensor,
+  AllGatherCoalesced, AllGatherIntoTensorCoalesced, ReduceScatter, ReduceScatterTensor,
+  ReduceScatterTensorCoalesced, AllToAllSingle, AllToAll, Barrier, MonitoredBarrier, Send, Recv, Count
+};
+constexpr size_t kOpKinds = static_cast<size_t>(OpKind::Count);
+extern const std::array<const char*, kOpKinds> kOpKindNames;
+
+// Whether the plan runtime counts ops of this kind (optimizer_service.plan.trace.COMM_KINDS).
+bool is_comm_kind(OpKind kind);
+
+struct OpEntry {
+  int64_t index = -1;        // position in the whole trace (issue order); -1: empty slot
+  int64_t iteration = 0;
+  int64_t seq = 0;
+  int64_t group_seq = 0;
+  OpKind kind = OpKind::Barrier;
+  std::string dtype;
+  int64_t bytes = 0;
+  int32_t group = 0;         // OpTrace::group id
+  double issued = 0.0;
+  double completed = -1.0;   // < 0: not seen complete
+  bool enforced = false;
+  int32_t root = 0;
+};
+
+class OpTrace {
+ public:
+  OpTrace(size_t capacity, double started);
+
+  // A group's global ranks and name; returns its id for issue().
+  int32_t add_group(std::vector<int64_t> ranks, std::string name);
+  // Record an op; returns its index (for complete / set_enforced) and its iteration and seq.
+  OpEntry issue(OpKind kind, const std::string& dtype, int64_t bytes, int32_t group, int32_t root);
+  void complete(int64_t index);
+  void set_enforced(int64_t index);
+  // Close the iteration (enforcer.step()); returns the new iteration.
+  int64_t step();
+  double now() const;
+
+  int64_t iteration() const;
+  int64_t steps() const;
+  int64_t issued() const;
+  int64_t dropped() const;
+  std::array<int64_t, kOpKinds> counts() const;
+  std::vector<OpEntry> snapshot() const;                    // oldest first
+  std::vector<OpEntry> iteration_ops(int64_t iteration, size_t limit) const;
+  std::pair<std::vector<int64_t>, std::string> group(int32_t id) const;
+
+ private:
+  OpEntry* slot_of(int64_t index);
+  mutable std::mutex mutex_;
+  std::vector<OpEntry> ring_;
+  double started_;
+  int64_t next_ = 0;
+  int64_t iteration_ = 0;
+  int64_t steps_ = 0;
+  int64_t seq_ = 0;
+  std::unordered_map<int32_t, int64_t> group_seq_;
+  std::array<int64_t, kOpKinds> counts_{};
+  std::vector<std::pair<std::vector<int64_t>, std::string>> groups_;
+};
+
+}  // namespace p2
