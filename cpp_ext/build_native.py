@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "cpp_ext"]
 os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
 CPP = ROOT / "cpp_ext"
-FLAGS = ["-O3", "-std=c++17", "-fvisibility=hidden"]
+FLAGS = ["-O3", "-std=c++20", "-fvisibility=hidden"]
 
 
 def _extensions(ucc_prefix: str | None, only: str | None):

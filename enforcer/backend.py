@@ -73,6 +73,13 @@ def _nested_bytes(lists) -> int:
     return sum(_bytes(ts) for ts in lists)
 
 
+def _even(splits, tensor: torch.Tensor, size: int) -> bool:
+    """No split sizes, or all equal (the functional all_to_all_single names them): only even all-to-alls are planned."""
+    if not splits:
+        return True
+    return len(splits) == size and tensor.dim() > 0 and all(s * size == tensor.shape[0] for s in splits)
+
+
 def _first(tensors) -> torch.Tensor | None:
     return tensors[0] if tensors else None
 
@@ -183,6 +190,8 @@ class EnforcerGroup(ProcessGroup, GroupCore):
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         opts = opts or dist.AllgatherOptions()
+        if len(outputs) == 1 and len(inputs) == 1:      # one pair is the single op (functional collectives, DTensor)
+            return self.all_gather_single(outputs[0], inputs[0], opts)
         # The inner Backend's coalesced entry point is not exposed to Python:
         # one op per pair, in order, completing together.
         return self._op("all_gather_into_tensor_coalesced", _first(inputs), _bytes(outputs),
@@ -206,6 +215,8 @@ class EnforcerGroup(ProcessGroup, GroupCore):
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         opts = opts or dist.ReduceScatterOptions()
+        if len(outputs) == 1 and len(inputs) == 1:      # as all_gather_single_coalesced
+            return self.reduce_scatter_single(outputs[0], inputs[0], opts)
         return self._op("reduce_scatter_tensor_coalesced", _first(inputs), _bytes(inputs),
                         lambda b: all_of([b._reduce_scatter_base(out, inp, opts)
                                           for out, inp in zip(outputs, inputs)], outputs))
@@ -215,7 +226,7 @@ class EnforcerGroup(ProcessGroup, GroupCore):
     # ---------------------------------------------------------- all-to-all
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         opts = opts or dist.AllToAllOptions()
-        even = not output_split_sizes and not input_split_sizes      # only even splits are planned
+        even = _even(output_split_sizes, output, self.size()) and _even(input_split_sizes, input, self.size())
         return self._op("all_to_all_single", input, _bytes([input]),
                         lambda b: b.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts),
                         planned=(output, input, opts) if even else None)

@@ -92,6 +92,11 @@ class GroupCore:
         except PlanError as error:
             log.error("p2enforcer: P2_PLAN_FILE=%s not installed, passing every op through: %s", path, error)
 
+    def new_runtime(self, plan, store_prefix: str | None = None, store: dist.Store | None = None):
+        """A plan runtime for this group (collective: makes the channel backends); not started."""
+        from enforcer.runtime import PlanRuntime
+        return PlanRuntime(self, plan, store_prefix, store)
+
     def inner_backend(self, device: str = "cpu") -> dist.Backend:
         return self._inner[device]
 

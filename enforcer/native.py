@@ -11,8 +11,9 @@ trace format).
 
 :class:`NativeGroup` is the Python side of one such group: what the plan
 runtime, the service link and ``enforcer.step()`` use (:class:`enforcer.group_core.GroupCore`).
-With a plan installed the backend hands the group's collectives to it
-(``submit``), as the Python group does; the plan runtime then runs the motifs.
+With a plan installed the backend submits the group's collectives to the C++
+plan runtime (:mod:`enforcer.native_runtime`), which orders and runs their
+motifs in C++.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import torch.distributed as dist
 from enforcer import state
 from enforcer.group_core import GroupCore, creator_arguments
 from enforcer.trace import Tracer
-from optimizer_service.plan.trace import OpRecord
+from optimizer_service.plan.trace import MotifRecord, OpRecord, Wait
 
 log = logging.getLogger("enforcer")
 
@@ -46,29 +47,6 @@ def why_unavailable() -> str:
     return _MISSING
 
 
-class NativeRecord:
-    """One op of the C++ trace as the plan runtime sees it (the fields of
-    :class:`~optimizer_service.plan.trace.OpRecord` it reads and writes)."""
-
-    __slots__ = ("_trace", "index", "iteration", "kind", "seq")
-
-    def __init__(self, trace, index: int, iteration: int, seq: int, kind: str) -> None:
-        self._trace = trace
-        self.index = index
-        self.iteration = iteration
-        self.seq = seq
-        self.kind = kind
-
-    @property
-    def enforced(self) -> bool:
-        return False
-
-    @enforced.setter
-    def enforced(self, value: bool) -> None:
-        if value:
-            self._trace.set_enforced(self.index)
-
-
 class NativeTracer(Tracer):
     """The process's trace when its groups are C++ backends: ops live in the C++
     ring buffer (``native``); waits, motifs, switches and bypass counts stay here."""
@@ -82,11 +60,39 @@ class NativeTracer(Tracer):
     def counts(self) -> Counter[str]:
         return Counter(self.native.counts())
 
+    @property
+    def waited(self) -> float:
+        return self.native.waited
+
+    @waited.setter
+    def waited(self, _value: float) -> None:    # Tracer.__init__ sets it; the C++ trace keeps the total
+        pass
+
     def issue(self, kind: str, dtype: str, nbytes: int, group: tuple[int, ...], group_name: str) -> OpRecord:
         raise TypeError("ops of a C++ p2enforcer group are recorded by the backend itself")
 
     def complete(self, record) -> None:
-        self.native.complete(record.index)
+        raise TypeError("ops of a C++ p2enforcer group are completed by the backend itself")
+
+    def wait(self, order: int, seconds: float) -> None:
+        raise TypeError("the waits of a C++ plan runtime are recorded by it")
+
+    def motif(self, record, order: int, channel: int, waited: float, start: float, seconds: float) -> None:
+        raise TypeError("the motifs of a C++ plan runtime are recorded by it")
+
+    def now(self) -> float:
+        return self.native.now()
+
+    def _waits_and_motifs(self) -> tuple[list[Wait], list[MotifRecord]]:
+        return ([Wait(*entry) for entry in self.native.waits()],
+                [MotifRecord(*entry) for entry in self.native.motifs()])
+
+    def wait_seconds(self) -> float:
+        return sum(seconds for _iteration, _order, seconds in self.native.waits())
+
+    def iteration_motifs(self, iteration: int, limit: int) -> tuple[list[MotifRecord], int]:
+        found = [MotifRecord(*entry) for entry in self.native.motifs() if entry[0] == iteration]
+        return found[:limit], max(0, len(found) - limit)
 
     def step(self) -> int:
         with self._lock:
@@ -153,14 +159,11 @@ class NativeGroup(GroupCore):
     @runtime.setter
     def runtime(self, runtime) -> None:
         self._runtime = runtime
-        self.backend.set_planner(None if runtime is None else self._submit)
+        self.backend.set_plan(None if runtime is None else runtime.native)
 
-    def _submit(self, kind: str, index: int, iteration: int, seq: int, *args):
-        """The backend hands a collective to the plan runtime: a Work, or None to pass it through."""
-        runtime = self._runtime
-        if runtime is None:
-            return None
-        return runtime.submit(kind, NativeRecord(self.tracer.native, index, iteration, seq, kind), *args)
+    def new_runtime(self, plan, store_prefix: str | None = None, store=None):
+        from enforcer.native_runtime import NativePlanRuntime
+        return NativePlanRuntime(self, plan, store_prefix, store)
 
     def _on_close(self, abort: bool) -> None:
         self._close(abort)

@@ -32,7 +32,6 @@ import torch.distributed as dist
 
 from enforcer import state
 from enforcer.group_core import group_of
-from enforcer.runtime import PlanRuntime
 from optimizer_service.plan import Plan
 
 log = logging.getLogger("enforcer")
@@ -102,7 +101,7 @@ def build(default, plan: Plan, store: dist.Store) -> PlanRuntimes:
     runtimes: dict = {}
     try:
         for group in [default, *subgroups_of(default, plan)]:
-            runtime = PlanRuntime(group, plan, store_prefix=store_prefix(group), store=store)
+            runtime = group.new_runtime(plan, store_prefix=store_prefix(group), store=store)
             runtime.from_service = True
             runtimes[group] = runtime
     except BaseException:

@@ -84,7 +84,7 @@ def install(group, plan: Plan | str | Path) -> None:
     """Enforce ``plan`` on ``group`` from its next op on (collective); PlanError if it does not fit."""
     plan = load(plan)
     plan.check_world(group.size() if group.is_default else dist.get_world_size())
-    runtime = PlanRuntime(group, plan)
+    runtime = group.new_runtime(plan)
     runtime.start()
     group.replace_runtime(runtime)
     log.info("p2enforcer: plan version %d installed on group %s (%d ops, channels %s)", plan.version,

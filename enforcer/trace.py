@@ -209,7 +209,7 @@ class Tracer:
         # Waits and motifs are appended without the lock (see motif): list() copies a
         # deque in one call that runs no Python code, so no append lands mid-copy;
         # iterating the deque itself while converting each record did (RuntimeError).
-        waits, motifs = list(self._waits), list(self._motifs)
+        waits, motifs = self._waits_and_motifs()
         ops, dropped, steps = self._op_dicts()
         waits = [asdict(w) for w in waits]
         motifs = [asdict(m) for m in motifs]
@@ -237,6 +237,9 @@ class Tracer:
             "bypassed": dict(self.bypassed),
             "switches": list(self.switches),
         }
+
+    def _waits_and_motifs(self) -> tuple[list[Wait], list[MotifRecord]]:
+        return list(self._waits), list(self._motifs)
 
     def _op_dicts(self) -> tuple[list[dict], int, int]:
         """The kept ops as dicts (OpRecord's fields), how many were dropped, and the steps so far."""

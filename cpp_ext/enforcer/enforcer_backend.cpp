@@ -1,5 +1,7 @@
 #include "enforcer_backend.hpp"
 
+#include <algorithm>
+
 #include "scaled_work.hpp"
 #include "works.hpp"
 
@@ -47,12 +49,35 @@ int64_t nbytes(const std::vector<std::vector<at::Tensor>>& lists) {
   return total;
 }
 
+// No split sizes, or all equal (the functional all_to_all_single names them): only even all-to-alls are planned.
+bool even_splits(const std::vector<int64_t>& splits, const at::Tensor& tensor, int size) {
+  if (splits.empty()) return true;
+  if (static_cast<int>(splits.size()) != size || tensor.dim() == 0) return false;
+  return std::all_of(splits.begin(), splits.end(), [&](int64_t s) { return s * size == tensor.size(0); });
+}
+
 const at::Tensor* first(const std::vector<at::Tensor>& tensors) { return tensors.empty() ? nullptr : &tensors[0]; }
 
 // No arguments for the plan runtime: it only counts the op.
 struct NoArgs {
-  py::tuple operator()() const { return py::tuple(); }
+  OpArgs operator()() const { return OpArgs(); }
 };
+
+OpArgs tensors_args(const std::vector<at::Tensor>& tensors, const c10d::ReduceOp& op, int64_t root = 0) {
+  OpArgs args;
+  args.tensors = tensors;
+  args.reduce_op = op;
+  args.root = root;
+  return args;
+}
+
+OpArgs pair_args(const at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& op) {
+  OpArgs args;
+  args.output = output;
+  args.input = input;
+  args.reduce_op = op;
+  return args;
+}
 
 }  // namespace
 
@@ -62,25 +87,24 @@ EnforcerBackend::EnforcerBackend(int rank, int size, std::shared_ptr<OpTrace> tr
   TORCH_CHECK(!inner_.empty(), "p2enforcer: no inner backend given");
   if (auto it = inner_.find("cpu"); it != inner_.end()) {
     cpu_ = it->second.get();
-    cpu_lacks_avg_ = cpu_->getBackendName() == "gloo";
+    cpu_lacks_premul_ = cpu_->getBackendName() == "gloo";
   }
   if (auto it = inner_.find("cuda"); it != inner_.end()) cuda_ = it->second.get();
 }
 
 EnforcerBackend::~EnforcerBackend() {
-  if (!Py_IsInitialized()) {            // at interpreter exit: leak the Python references rather than crash
-    planner_.release();
+  if (!Py_IsInitialized()) {            // at interpreter exit: leak the Python reference rather than crash
     on_close_.release();
     return;
   }
   py::gil_scoped_acquire gil;
-  planner_ = py::object();
   on_close_ = py::object();
 }
 
-void EnforcerBackend::set_planner(py::object planner) {
-  planner_ = std::move(planner);
-  planned_.store(!planner_.is_none(), std::memory_order_release);
+void EnforcerBackend::set_plan(std::shared_ptr<PlanRuntime> plan) {
+  bool on = plan != nullptr;
+  plan_.store(std::move(plan));
+  planned_.store(on, std::memory_order_release);
 }
 
 void EnforcerBackend::set_on_close(py::object on_close) { on_close_ = std::move(on_close); }
@@ -117,15 +141,16 @@ WorkPtr EnforcerBackend::track(WorkPtr work, int64_t index) {
 
 template <typename Run, typename Args>
 WorkPtr EnforcerBackend::op(OpKind kind, const at::Tensor* tensor, int64_t bytes, int32_t root, Run&& run,
-                            Args&& planned_args, bool plannable) {
+                            Args&& planned, bool plannable) {
   OpEntry entry = trace_->issue(kind, dtype_name(tensor), bytes, group_, root);
   if (planned_.load(std::memory_order_acquire) && (plannable || is_comm_kind(kind))) {
-    py::gil_scoped_acquire gil;
-    py::object planner = planner_;
-    if (!planner.is_none()) {
-      py::tuple args = plannable ? planned_args() : py::tuple();
-      py::object work = planner(kOpKindNames[static_cast<size_t>(kind)], entry.index, entry.iteration, entry.seq, *args);
-      if (!work.is_none()) return c10::make_intrusive<HeldPyWork>(std::move(work));
+    if (auto plan = plan_.load()) {     // every collective is shown to it: it counts them
+      if (plannable) {
+        OpArgs args = planned();
+        if (auto work = plan->submit(kind, entry, &args)) return work;
+      } else if (auto work = plan->submit(kind, entry, nullptr)) {
+        return work;
+      }
     }
   }
   return track(run(inner_for(tensor)), entry.index);
@@ -149,13 +174,13 @@ WorkPtr EnforcerBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d:
   return op(
       OpKind::AllReduce, sample, nbytes(tensors), 0,
       [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, sample);
+        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, sample);
         if (!scaling.needed) return b.allreduce(tensors, opts);
         c10d::AllreduceOptions sum = opts;
         sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
         return c10::make_intrusive<ScaledWork>(b.allreduce(tensors, sum), tensors, std::move(scaling));
       },
-      [&] { return py::make_tuple(tensors, opts); }, true);
+      [&] { return tensors_args(tensors, opts.reduceOp); }, true);
 }
 
 WorkPtr EnforcerBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -164,7 +189,7 @@ WorkPtr EnforcerBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
   return op(
       OpKind::AllReduceCoalesced, sample, nbytes(tensors), 0,
       [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, sample);
+        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, sample);
         if (!scaling.needed) return b.allreduce_coalesced(tensors, opts);
         c10d::AllreduceCoalescedOptions sum = opts;
         sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
@@ -178,7 +203,7 @@ WorkPtr EnforcerBackend::broadcast(std::vector<at::Tensor>& tensors, const c10d:
   return op(
       OpKind::Broadcast, first(tensors), nbytes(tensors), static_cast<int32_t>(opts.rootRank),
       [&](c10d::Backend& b) { return b.broadcast(tensors, opts); },
-      [&] { return py::make_tuple(tensors, opts); }, true);
+      [&] { return tensors_args(tensors, c10d::ReduceOp(c10d::ReduceOp::SUM), opts.rootRank); }, true);
 }
 
 WorkPtr EnforcerBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
@@ -186,7 +211,7 @@ WorkPtr EnforcerBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::Re
   return op(
       OpKind::Reduce, sample, nbytes(tensors), static_cast<int32_t>(opts.rootRank),
       [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, sample);
+        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, sample);
         if (!scaling.needed) return b.reduce(tensors, opts);
         c10d::ReduceOptions sum = opts;
         sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
@@ -223,7 +248,7 @@ WorkPtr EnforcerBackend::_allgather_base(at::Tensor& output, at::Tensor& input, 
   return op(
       OpKind::AllGatherIntoTensor, &input, nbytes(output), 0,
       [&](c10d::Backend& b) { return b._allgather_base(output, input, opts); },
-      [&] { return py::make_tuple(output, input, opts); }, true);
+      [&] { return pair_args(output, input, c10d::ReduceOp(c10d::ReduceOp::SUM)); }, true);
 }
 
 WorkPtr EnforcerBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -236,6 +261,8 @@ WorkPtr EnforcerBackend::allgather_coalesced(std::vector<std::vector<at::Tensor>
 WorkPtr EnforcerBackend::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::AllgatherOptions& opts) {
+  // One pair is all_gather_into_tensor (functional collectives and DTensor send single ops this way): so a plan can take it.
+  if (outputs.size() == 1 && inputs.size() == 1) return _allgather_base(outputs[0], inputs[0], opts);
   return op(
       OpKind::AllGatherIntoTensorCoalesced, first(inputs), nbytes(outputs), 0,
       [&](c10d::Backend& b) { return b.allgather_into_tensor_coalesced(outputs, inputs, opts); }, NoArgs(), false);
@@ -248,7 +275,7 @@ WorkPtr EnforcerBackend::reduce_scatter(std::vector<at::Tensor>& outputs, std::v
   return op(
       OpKind::ReduceScatter, sample, nbytes(inputs), 0,
       [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, sample);
+        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, sample);
         if (!scaling.needed) return b.reduce_scatter(outputs, inputs, opts);
         c10d::ReduceScatterOptions sum = opts;
         sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
@@ -262,24 +289,25 @@ WorkPtr EnforcerBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& in
   return op(
       OpKind::ReduceScatterTensor, &input, nbytes(input), 0,
       [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, &input);
+        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, &input);
         if (!scaling.needed) return b._reduce_scatter_base(output, input, opts);
         c10d::ReduceScatterOptions sum = opts;
         sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
         return c10::make_intrusive<ScaledWork>(b._reduce_scatter_base(output, input, sum),
                                                std::vector<at::Tensor>{output}, std::move(scaling));
       },
-      [&] { return py::make_tuple(output, input, opts); }, true);
+      [&] { return pair_args(output, input, opts.reduceOp); }, true);
 }
 
 WorkPtr EnforcerBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                          std::vector<at::Tensor>& inputs,
                                                          const c10d::ReduceScatterOptions& opts) {
+  if (outputs.size() == 1 && inputs.size() == 1) return _reduce_scatter_base(outputs[0], inputs[0], opts);   // as above
   const at::Tensor* sample = first(inputs);
   return op(
       OpKind::ReduceScatterTensorCoalesced, sample, nbytes(inputs), 0,
       [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, getSize(), &b == cpu_ && cpu_lacks_avg_, sample);
+        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, sample);
         if (!scaling.needed) return b.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
         c10d::ReduceScatterOptions sum = opts;
         sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
@@ -292,11 +320,11 @@ WorkPtr EnforcerBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>
 // --------------------------------------------------------------- all-to-all
 WorkPtr EnforcerBackend::alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
                                        std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) {
-  bool even = output_splits.empty() && input_splits.empty();     // only even splits are planned
+  bool even = even_splits(output_splits, output, getSize()) && even_splits(input_splits, input, getSize());
   return op(
       OpKind::AllToAllSingle, &input, nbytes(input), 0,
       [&](c10d::Backend& b) { return b.alltoall_base(output, input, output_splits, input_splits, opts); },
-      [&] { return py::make_tuple(output, input, opts); }, even);
+      [&] { return pair_args(output, input, c10d::ReduceOp(c10d::ReduceOp::SUM)); }, even);
 }
 
 WorkPtr EnforcerBackend::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -350,9 +378,8 @@ void EnforcerBackend::close(bool abort) {
       }
     }
     on_close_ = py::none();
-    planner_ = py::none();
-    planned_.store(false);
   }
+  set_plan(nullptr);
   for (auto& [device, backend] : inner_) {
     if (abort) {
       backend->abort();

@@ -1,15 +1,16 @@
 // The p2enforcer backend in C++: a c10d::Backend that traces every op and passes
 // it to the inner backend of the tensor's device (gloo, NCCL, UCC) without
-// entering Python, or hands it to the installed plan runtime.
+// entering Python, or hands it to the installed plan runtime (plan_runtime.hpp:
+// ordering, waits and per-channel issue in C++ too).
 //
 // torch registers it on the process group for cpu (and cuda) as a CUSTOM
 // backend, so every route to a collective — torch.distributed calls, DDP's
 // reducer, FSDP2, the c10d dispatcher ops and the functional collectives —
 // reaches these virtuals: nothing bypasses it.
 //
-// Reductions the inner backend lacks (gloo has no AVG and no PREMUL_SUM) are
-// run as SUM and the result scaled afterwards (divided by the group size, or
-// multiplied by the factor): the value NCCL computes, up to rounding.
+// Every ReduceOp reaches the inner backend unchanged, except PREMUL_SUM where
+// it lacks it (gloo): that runs as SUM and the result is multiplied by the
+// factor afterwards (scaled_work.hpp): the value NCCL computes, up to rounding.
 #pragma once
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include <torch/extension.h>
 
 #include "op_trace.hpp"
+#include "plan_runtime.hpp"
 
 namespace p2 {
 
@@ -33,8 +35,8 @@ class EnforcerBackend : public c10d::Backend {
   ~EnforcerBackend() override;
   const std::string getBackendName() const override { return "p2enforcer"; }
 
-  // The plan runtime's submit(kind, index, iteration, seq, *args) -> Work | None; None: passthrough.
-  void set_planner(pybind11::object planner);
+  // Enforce `plan` from the next op on (nullptr: passthrough).
+  void set_plan(std::shared_ptr<PlanRuntime> plan);
   // Called (with the GIL) when torch shuts the backend down or aborts it: closes the Python side.
   void set_on_close(pybind11::object on_close);
   Inner inner(const std::string& device) const;
@@ -89,10 +91,11 @@ class EnforcerBackend : public c10d::Backend {
   void shutdown() override;
 
  private:
-  // The body of every op: trace it, offer it to the plan runtime, else run it on the inner backend.
+  // The body of every op: trace it, offer it to the plan runtime (with `planned()`'s
+  // arguments when `plannable`), else run it on the inner backend.
   template <typename Run, typename Args>
   c10::intrusive_ptr<c10d::Work> op(OpKind kind, const at::Tensor* tensor, int64_t bytes, int32_t root, Run&& run,
-                                    Args&& planned_args, bool plannable);
+                                    Args&& planned, bool plannable);
   c10d::Backend& inner_for(const at::Tensor* tensor);
   c10::intrusive_ptr<c10d::Work> track(c10::intrusive_ptr<c10d::Work> work, int64_t index);
   void close(bool abort);
@@ -102,9 +105,9 @@ class EnforcerBackend : public c10d::Backend {
   std::map<std::string, Inner> inner_;
   c10d::Backend* cpu_ = nullptr;
   c10d::Backend* cuda_ = nullptr;
-  bool cpu_lacks_avg_ = false;     // the CPU inner backend is gloo (no AVG / PREMUL_SUM)
+  bool cpu_lacks_premul_ = false;  // the CPU inner backend is gloo (no PREMUL_SUM)
   std::atomic<bool> planned_{false};
-  pybind11::object planner_;
+  std::atomic<std::shared_ptr<PlanRuntime>> plan_;
   pybind11::object on_close_;
   std::atomic<bool> closed_{false};
 };

@@ -4,7 +4,10 @@
 #include <torch/extension.h>
 
 #include "enforcer_backend.hpp"
+#include "motifs.hpp"
+#include "op_buffer.hpp"
 #include "op_trace.hpp"
+#include "plan_runtime.hpp"
 
 namespace py = pybind11;
 
@@ -14,6 +17,50 @@ py::tuple entry_tuple(const p2::OpEntry& e) {
   py::object completed = e.completed < 0 ? py::none() : py::cast(e.completed);
   return py::make_tuple(e.index, e.iteration, e.seq, e.group_seq, p2::kOpKindNames[static_cast<size_t>(e.kind)],
                         e.dtype, e.bytes, e.group, e.issued, completed, e.enforced, e.root);
+}
+
+p2::MotifKind motif_kind(const std::string& name) {
+  static const std::map<std::string, p2::MotifKind> kinds = {
+      {"AllReduce", p2::MotifKind::AllReduce}, {"ReduceScatter", p2::MotifKind::ReduceScatter},
+      {"AllGather", p2::MotifKind::AllGather}, {"Reduce", p2::MotifKind::Reduce},
+      {"Broadcast", p2::MotifKind::Broadcast}, {"AllToAll", p2::MotifKind::AllToAll}};
+  auto found = kinds.find(name);
+  if (found == kinds.end()) throw py::value_error("unknown motif kind " + name);
+  return found->second;
+}
+
+std::vector<p2::OpSpec> op_specs(const py::list& ops) {
+  std::vector<p2::OpSpec> specs;
+  for (const auto& item : ops) {
+    auto op = item.cast<py::tuple>();
+    p2::OpSpec spec;
+    spec.seq = op[0].cast<int64_t>();
+    spec.kind = op[1].cast<std::string>();
+    spec.nbytes = op[2].cast<int64_t>();
+    spec.root = op[3].cast<int64_t>();
+    spec.group = op[4].cast<std::vector<int64_t>>();
+    for (const auto& motif_item : op[5].cast<py::list>()) {
+      auto motif = motif_item.cast<py::tuple>();
+      spec.motifs.push_back(p2::MotifSpec{motif_kind(motif[0].cast<std::string>()), motif[1].cast<int64_t>(),
+                                          motif[2].cast<std::vector<int64_t>>(),
+                                          motif[3].cast<std::vector<std::pair<int64_t, int64_t>>>(),
+                                          motif[4].cast<std::pair<int64_t, int64_t>>()});
+    }
+    spec.dependencies = op[6].cast<std::vector<std::vector<int>>>();
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+std::map<std::pair<int64_t, std::vector<int64_t>>, c10::intrusive_ptr<c10d::Backend>> channel_backends(
+    const py::dict& comms) {
+  std::map<std::pair<int64_t, std::vector<int64_t>>, c10::intrusive_ptr<c10d::Backend>> out;
+  for (const auto& [key, backend] : comms) {
+    auto pair = key.cast<py::tuple>();
+    out[{pair[0].cast<int64_t>(), pair[1].cast<std::vector<int64_t>>()}] =
+        backend.cast<c10::intrusive_ptr<c10d::Backend>>();
+  }
+  return out;
 }
 
 py::list entries(const std::vector<p2::OpEntry>& found) {
@@ -52,7 +99,34 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            "issued, completed or None, enforced, root)")
       .def("iteration_ops", [](const p2::OpTrace& trace, int64_t iteration, size_t limit) {
         return entries(trace.iteration_ops(iteration, limit));
-      }, py::arg("iteration"), py::arg("limit"));
+      }, py::arg("iteration"), py::arg("limit"))
+      .def("waits", [](const p2::OpTrace& trace) {
+        py::list out;
+        for (const auto& w : trace.waits()) out.append(py::make_tuple(w.iteration, w.order, w.seconds));
+        return out;
+      }, "The plan runtime's waits, oldest first: (iteration, order, seconds)")
+      .def("motifs", [](const p2::OpTrace& trace) {
+        py::list out;
+        for (const auto& m : trace.motifs())
+          out.append(py::make_tuple(m.iteration, m.op_seq, m.order, m.channel, m.waited, m.start, m.seconds));
+        return out;
+      }, "The motifs the channel workers ran, in the order they finished: "
+         "(iteration, op_seq, order, channel, waited, start, seconds)")
+      .def_property_readonly("waited", &p2::OpTrace::waited);
+
+  py::class_<p2::PlanRuntime, std::shared_ptr<p2::PlanRuntime>>(m, "PlanRuntime")
+      .def(py::init([](py::list ops, std::vector<std::vector<int64_t>> orders, int64_t me, py::dict comms,
+                       std::shared_ptr<p2::OpTrace> trace, py::object validate) {
+             return std::make_shared<p2::PlanRuntime>(op_specs(ops), std::move(orders), me, channel_backends(comms),
+                                                      std::move(trace), std::move(validate));
+           }),
+           py::arg("ops"), py::arg("orders"), py::arg("me"), py::arg("comms"), py::arg("trace"), py::arg("validate"),
+           "ops: per planned op (seq, plan kind, bytes, root, global ranks, motifs, dependencies), each motif "
+           "(kind, channel, ranks, ranges, window); comms: {(channel, members): bare backend}; validate(op, elements) "
+           "-> bool")
+      .def("start", &p2::PlanRuntime::start)
+      .def("step", &p2::PlanRuntime::step, py::call_guard<py::gil_scoped_release>())
+      .def("close", &p2::PlanRuntime::close, py::arg("abort") = false, py::call_guard<py::gil_scoped_release>());
 
   py::class_<p2::EnforcerBackend, c10d::Backend, c10::intrusive_ptr<p2::EnforcerBackend>>(m, "EnforcerBackend")
       .def(py::init([](int rank, int size, std::shared_ptr<p2::OpTrace> trace, int32_t group,
@@ -60,9 +134,71 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              return c10::make_intrusive<p2::EnforcerBackend>(rank, size, std::move(trace), group, std::move(inner));
            }),
            py::arg("rank"), py::arg("size"), py::arg("trace"), py::arg("group"), py::arg("inner"))
-      .def("set_planner", &p2::EnforcerBackend::set_planner, py::arg("planner"))
+      .def("set_plan", &p2::EnforcerBackend::set_plan, py::arg("plan"))
       .def("set_on_close", &p2::EnforcerBackend::set_on_close, py::arg("on_close"))
       .def("inner", &p2::EnforcerBackend::inner, py::arg("device"))
       .def_property_readonly("group", &p2::EnforcerBackend::group)
       .def_property_readonly("trace", &p2::EnforcerBackend::trace);
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // testing: parity bindings of the motifs (motifs.cpp) and the op buffers (op_buffer.cpp) against their Python
+  // twins enforcer/p2p.py and enforcer/buffers.py; only tests/enforcer/test_native_motifs.py calls them. The motifs
+  // run on a bare Python dist.Backend made for exactly `members` (this rank at its position), with the GIL released.
+  {
+    auto testing = m.def_submodule("testing", "Parity bindings of the C++ motifs and op buffers (tests only).");
+    using BackendPtr = c10::intrusive_ptr<c10d::Backend>;
+    using Members = std::vector<int64_t>;
+    using Span = std::pair<int64_t, int64_t>;
+    auto released = py::call_guard<py::gil_scoped_release>();
+    testing.def("reduce_scatter", [](const std::vector<at::Tensor>& parts, const Members& members, BackendPtr backend,
+                                     int64_t rank) { p2::reduce_scatter(parts, members, p2::Peers(backend, members, rank)); },
+                py::arg("parts"), py::arg("members"), py::arg("backend"), py::arg("rank"), released);
+    testing.def("all_gather", [](const std::vector<at::Tensor>& parts, const Members& members, BackendPtr backend,
+                                 int64_t rank) { p2::all_gather(parts, members, p2::Peers(backend, members, rank)); },
+                py::arg("parts"), py::arg("members"), py::arg("backend"), py::arg("rank"), released);
+    testing.def("reduce", [](const at::Tensor& buffer, const Members& members, BackendPtr backend, int64_t rank,
+                             int64_t segment_bytes) {
+                  p2::reduce(buffer, members, p2::Peers(backend, members, rank), segment_bytes);
+                },
+                py::arg("buffer"), py::arg("members"), py::arg("backend"), py::arg("rank"),
+                py::arg("segment_bytes") = p2::kChainSegmentBytes, released);
+    testing.def("broadcast", [](const at::Tensor& buffer, const Members& members, BackendPtr backend, int64_t rank,
+                                int64_t segment_bytes) {
+                  p2::broadcast(buffer, members, p2::Peers(backend, members, rank), segment_bytes);
+                },
+                py::arg("buffer"), py::arg("members"), py::arg("backend"), py::arg("rank"),
+                py::arg("segment_bytes") = p2::kChainSegmentBytes, released);
+    testing.def("all_to_all", [](const at::Tensor& inputs, const at::Tensor& outputs, Span columns, Span window,
+                                 const Members& members, BackendPtr backend, int64_t rank) {
+                  p2::all_to_all(inputs, outputs, columns, window, members, p2::Peers(backend, members, rank));
+                },
+                py::arg("inputs"), py::arg("outputs"), py::arg("columns"), py::arg("window"), py::arg("members"),
+                py::arg("backend"), py::arg("rank"), released);
+    testing.attr("CHAIN_SEGMENT_BYTES") = p2::kChainSegmentBytes;
+
+    py::class_<p2::OpBuffer>(testing, "OpBuffer")
+        .def("begin", &p2::OpBuffer::begin)
+        .def("finish", &p2::OpBuffer::finish)
+        .def_readonly("buffer", &p2::OpBuffer::buffer)          // None until begin()
+        .def_readonly("output", &p2::OpBuffer::output)          // None but for all_to_all after begin()
+        .def_readonly("result", &p2::OpBuffer::result)
+        .def_readonly("elements", &p2::OpBuffer::elements)
+        .def_readonly("nbytes", &p2::OpBuffer::nbytes)
+        .def_readonly("size", &p2::OpBuffer::size)
+        .def_readonly("rank", &p2::OpBuffer::rank);
+    testing.def("adopt_buffer", [](const std::string& plan_kind, std::vector<at::Tensor> tensors,
+                                   std::optional<at::Tensor> output, std::optional<at::Tensor> input,
+                                   const c10d::ReduceOp& reduce_op, int64_t root, int64_t key_root, int64_t size,
+                                   int64_t rank) {
+                  p2::OpArgs args;
+                  args.tensors = std::move(tensors);
+                  args.output = output.value_or(at::Tensor());
+                  args.input = input.value_or(at::Tensor());
+                  args.reduce_op = reduce_op;
+                  args.root = root;
+                  return p2::OpBuffer::adopt(plan_kind, args, key_root, size, rank);   // None: passes through
+                },
+                py::arg("plan_kind"), py::arg("tensors"), py::arg("output"), py::arg("input"), py::arg("reduce_op"),
+                py::arg("root"), py::arg("key_root"), py::arg("size"), py::arg("rank"));
+  }
 }

@@ -23,7 +23,8 @@ bool is_comm_kind(OpKind kind) {
   }
 }
 
-OpTrace::OpTrace(size_t capacity, double started) : ring_(std::max<size_t>(capacity, 1)), started_(started) {}
+OpTrace::OpTrace(size_t capacity, double started)
+    : ring_(std::max<size_t>(capacity, 1)), started_(started), waits_(capacity), motifs_(capacity) {}
 
 double OpTrace::now() const {
   auto since_epoch = std::chrono::steady_clock::now().time_since_epoch();
@@ -126,5 +127,20 @@ std::pair<std::vector<int64_t>, std::string> OpTrace::group(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= groups_.size()) throw std::out_of_range("no such trace group");
   return groups_[static_cast<size_t>(id)];
 }
+
+void OpTrace::add_wait(int64_t order, double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  waits_.push(WaitEntry{iteration_, order, seconds});
+  waited_ += seconds;
+}
+
+void OpTrace::add_motif(const MotifEntry& motif) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  motifs_.push(motif);
+}
+
+std::vector<WaitEntry> OpTrace::waits() const { std::lock_guard<std::mutex> lock(mutex_); return waits_.snapshot(); }
+std::vector<MotifEntry> OpTrace::motifs() const { std::lock_guard<std::mutex> lock(mutex_); return motifs_.snapshot(); }
+double OpTrace::waited() const { std::lock_guard<std::mutex> lock(mutex_); return waited_; }
 
 }  // namespace p2

@@ -10,6 +10,7 @@
 // into the trace format.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <mutex>
@@ -46,6 +47,45 @@ struct OpEntry {
   int32_t root = 0;
 };
 
+// One dispatcher wait for the next motif in plan order (optimizer_service.plan.trace.Wait).
+struct WaitEntry {
+  int64_t iteration = 0;
+  int64_t order = 0;
+  double seconds = 0.0;
+};
+
+// One motif a channel worker ran (optimizer_service.plan.trace.MotifRecord).
+struct MotifEntry {
+  int64_t iteration = 0;
+  int64_t op_seq = 0;
+  int64_t order = 0;
+  int64_t channel = 0;
+  double waited = 0.0;
+  double start = 0.0;
+  double seconds = 0.0;
+};
+
+// A bounded FIFO: the newest `capacity` items.
+template <typename T>
+class Ring {
+ public:
+  explicit Ring(size_t capacity) : items_(std::max<size_t>(capacity, 1)) {}
+  void push(T item) {
+    items_[static_cast<size_t>(next_ % static_cast<int64_t>(items_.size()))] = std::move(item);
+    next_++;
+  }
+  std::vector<T> snapshot() const {
+    int64_t size = static_cast<int64_t>(items_.size());
+    std::vector<T> out;
+    for (int64_t i = std::max<int64_t>(0, next_ - size); i < next_; ++i) out.push_back(items_[static_cast<size_t>(i % size)]);
+    return out;
+  }
+
+ private:
+  std::vector<T> items_;
+  int64_t next_ = 0;
+};
+
 class OpTrace {
  public:
   OpTrace(size_t capacity, double started);
@@ -69,6 +109,13 @@ class OpTrace {
   std::vector<OpEntry> iteration_ops(int64_t iteration, size_t limit) const;
   std::pair<std::vector<int64_t>, std::string> group(int32_t id) const;
 
+  // The plan runtime's records (the Python tracer's wait() and motif()).
+  void add_wait(int64_t order, double seconds);
+  void add_motif(const MotifEntry& motif);
+  std::vector<WaitEntry> waits() const;
+  std::vector<MotifEntry> motifs() const;
+  double waited() const;
+
  private:
   OpEntry* slot_of(int64_t index);
   mutable std::mutex mutex_;
@@ -81,6 +128,9 @@ class OpTrace {
   std::unordered_map<int32_t, int64_t> group_seq_;
   std::array<int64_t, kOpKinds> counts_{};
   std::vector<std::pair<std::vector<int64_t>, std::string>> groups_;
+  Ring<WaitEntry> waits_;
+  Ring<MotifEntry> motifs_;
+  double waited_ = 0.0;
 };
 
 }  // namespace p2

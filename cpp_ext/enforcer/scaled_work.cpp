@@ -2,18 +2,14 @@
 
 namespace p2 {
 
-Scaling Scaling::of(const c10d::ReduceOp& op, int size, bool lacks, const at::Tensor* sample) {
+Scaling Scaling::of(const c10d::ReduceOp& op, bool lacks, const at::Tensor* sample) {
   Scaling scaling;
-  if (!lacks || (op.op_ != c10d::ReduceOp::AVG && op.op_ != c10d::ReduceOp::PREMUL_SUM)) return scaling;
+  if (!lacks || op.op_ != c10d::ReduceOp::PREMUL_SUM) return scaling;
   if (sample != nullptr && !at::isFloatingType(sample->scalar_type()) && !at::isComplexType(sample->scalar_type())) {
-    TORCH_CHECK(false, "p2enforcer: ReduceOp.", op.op_ == c10d::ReduceOp::AVG ? "AVG" : "PREMUL_SUM",
-                " needs floating-point tensors (got ", sample->scalar_type(), "); use SUM and divide");
+    TORCH_CHECK(false, "p2enforcer: ReduceOp.PREMUL_SUM needs floating-point tensors (got ", sample->scalar_type(),
+                "); use SUM and multiply");
   }
   scaling.needed = true;
-  if (op.op_ == c10d::ReduceOp::AVG) {
-    scaling.divisor = static_cast<double>(size);
-    return scaling;
-  }
   auto* supplement = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
   TORCH_CHECK(supplement != nullptr, "p2enforcer: ReduceOp.PREMUL_SUM without a factor; "
               "make it with torch.distributed._make_nccl_premul_sum(factor)");
@@ -29,8 +25,6 @@ void Scaling::apply(at::Tensor& tensor) const {
   if (!needed || tensor.numel() == 0) return;
   if (tensor_factor.defined()) {
     tensor.mul_(tensor_factor.to(tensor.device()));
-  } else if (divisor != 1.0) {
-    tensor.div_(divisor);
   } else if (factor != 1.0) {
     tensor.mul_(factor);
   }

@@ -1,8 +1,9 @@
-// AVG and PREMUL_SUM on inner backends that only sum (gloo): the op runs as
-// SUM and its outputs are scaled once it completes — divided by the group size for AVG, by
-// the factor for PREMUL_SUM (sum(f * x) = f * sum(x), up to rounding). The
-// scaling happens exactly once, on whichever path sees the op done first:
-// wait(), isCompleted() or the future.
+// PREMUL_SUM on inner backends that lack it (gloo; it has AVG since torch 2.x,
+// so AVG passes through unchanged): the op runs as SUM and its outputs are
+// multiplied by the factor once it completes (sum(f * x) = f * sum(x), up to
+// rounding; the inputs are left as they are). The scaling happens exactly
+// once, on whichever path sees the op done first: wait(), isCompleted(),
+// result() or the future.
 #pragma once
 
 #include <mutex>
@@ -16,12 +17,11 @@ namespace p2 {
 // How to finish a SUM so it becomes `op`; `needed` is false for ops the inner backend runs itself.
 struct Scaling {
   bool needed = false;
-  double divisor = 1.0;           // AVG: the group size
   double factor = 1.0;            // PREMUL_SUM with a double factor
   at::Tensor tensor_factor;       // PREMUL_SUM with a tensor factor
 
-  // `lacks`: the inner backend has no AVG / PREMUL_SUM. Rejects AVG on integer tensors with one line.
-  static Scaling of(const c10d::ReduceOp& op, int size, bool lacks, const at::Tensor* sample);
+  // `lacks`: the inner backend has no PREMUL_SUM. Rejects it on integer tensors with one line.
+  static Scaling of(const c10d::ReduceOp& op, bool lacks, const at::Tensor* sample);
   void apply(at::Tensor& tensor) const;
 };
 

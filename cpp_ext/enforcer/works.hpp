@@ -1,11 +1,10 @@
-// Work objects the C++ p2enforcer backend hands back.
+// The Work the C++ p2enforcer backend hands back for ops without a future.
 //
-// * TrackedWork: an inner Work without a future (gloo's send/recv) that stamps
-//   the op's completion in the trace when it is seen complete (wait returns,
-//   or isCompleted says so). Works with a future get a callback instead
-//   (EnforcerBackend::track), which stamps the moment the backend finishes.
-// * HeldPyWork: the Work a Python plan runtime returned (a torch.distributed.Work
-//   subclass), kept alive with its Python object; every query is forwarded.
+// TrackedWork: an inner Work without a future (gloo's send/recv) that stamps
+// the op's completion in the trace when it is seen complete (wait returns, or
+// isCompleted says so). Works with a future get a callback instead
+// (EnforcerBackend::track), which stamps the moment the backend finishes.
+// Planned ops return plan_runtime.cpp's PlannedWork.
 #pragma once
 
 #include <atomic>
@@ -49,28 +48,6 @@ class TrackedWork : public c10d::Work {
   std::shared_ptr<OpTrace> trace_;
   int64_t index_;
   std::atomic<bool> reported_{false};
-};
-
-class HeldPyWork : public c10d::Work {
- public:
-  explicit HeldPyWork(pybind11::object work)
-      : inner_(work.cast<c10::intrusive_ptr<c10d::Work>>()), object_(std::move(work)) {}
-  ~HeldPyWork() override {
-    pybind11::gil_scoped_acquire gil;     // a Python object is released with the GIL held
-    object_ = pybind11::object();
-  }
-
-  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override { return inner_->wait(timeout); }
-  bool isCompleted() override { return inner_->isCompleted(); }
-  bool isSuccess() const override { return inner_->isSuccess(); }
-  std::exception_ptr exception() const override { return inner_->exception(); }
-  std::vector<at::Tensor> result() override { return inner_->result(); }
-  void synchronize() override { inner_->synchronize(); }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return inner_->getFuture(); }
-
- private:
-  c10::intrusive_ptr<c10d::Work> inner_;
-  pybind11::object object_;
 };
 
 }  // namespace p2

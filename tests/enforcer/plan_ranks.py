@@ -95,7 +95,8 @@ def under_plan(reverse: bool, channels: int, async_all: bool, iterations: int = 
     mismatches += [10 + i for i, (g, w) in enumerate(zip(got, want)) if not torch.equal(g, w)]
     trace = enforcer.trace()
     enforced = sum(1 for op in trace["ops"] if op["enforced"])
-    return {"mismatches": mismatches, "enforced": enforced, "waits": len(trace["waits"])}
+    return {"mismatches": mismatches, "enforced": enforced, "waits": len(trace["waits"]),
+            "impl": enforcer.implementation(), "motifs": len(trace["motifs"])}
 
 
 def mismatched_plan() -> dict:
