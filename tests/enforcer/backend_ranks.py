@@ -46,3 +46,26 @@ def bypasses() -> dict:
     torch.ops.c10d.barrier.default(torch.empty(0), gloo.boxed(), [], -1).wait()
     return {"bypassed": enforcer.bypass_counts(), "metrics": enforcer.metrics_text(),
             "ops": enforcer.trace()["op_counts"]}
+
+
+def premul_sums() -> dict:
+    """all_reduce and reduce_scatter with PREMUL_SUM on the p2enforcer world and on plain gloo."""
+    rank = dist.get_rank()
+    out = {}
+    tensor = torch.full((4,), float(rank + 1))
+    dist.all_reduce(tensor, op=dist._make_nccl_premul_sum(2.5))
+    out["double"] = tensor.tolist()
+    tensor = torch.full((4,), float(rank + 1))
+    dist.all_reduce(tensor, op=dist._make_nccl_premul_sum(torch.tensor([0.5])))
+    out["tensor"] = tensor.tolist()
+    output = torch.empty(2)
+    dist.reduce_scatter_tensor(output, torch.full((6,), float(rank + 1)), op=dist._make_nccl_premul_sum(3.0))
+    out["reduce_scatter"] = output.tolist()
+    for name, group, values in (("integer", None, torch.ones(4, dtype=torch.int64)),
+                                ("gloo", dist.new_group(backend="gloo"), torch.ones(4))):
+        try:
+            dist.all_reduce(values, op=dist._make_nccl_premul_sum(2.0), group=group)
+            out[name] = "no error"
+        except Exception as error:  # noqa: BLE001 — the message is the result
+            out[name] = f"{type(error).__name__}: {error}"
+    return out

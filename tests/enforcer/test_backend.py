@@ -61,9 +61,10 @@ def test_trace_path_per_rank():
 
 @pytest.mark.multiproc
 @pytest.mark.parametrize("mark_steps", [True, False])
-def test_trace_records_every_op_with_iterations(tmp_path, mark_steps):
+@pytest.mark.parametrize("impl", IMPLS)
+def test_trace_records_every_op_with_iterations(tmp_path, mark_steps, impl):
     traces = run_world(3, backend_ranks.iterations, 4, mark_steps, backend="p2enforcer",
-                       env={"P2_TEST_DIR": str(tmp_path)})
+                       env={"P2_TEST_DIR": str(tmp_path), **impl_env(impl)})
     for rank, trace in enumerate(traces):
         assert trace["format"] == "p2enforcer-trace" and trace["rank"] == rank and trace["world_size"] == 3
         ops = trace["ops"]
@@ -101,3 +102,47 @@ def test_nothing_bypasses_the_cpp_backend():
         assert result["bypassed"] == {}
         assert result["ops"] == {"all_gather_into_tensor": 1, "barrier": 2}
         assert "p2_rank_bypassed_total{" not in result["metrics"]          # no sample: nothing bypassed
+
+
+def _timeless(trace: dict) -> dict:
+    """A trace without its clock readings (what must be equal across implementations)."""
+    ops = [{k: v for k, v in op.items() if k not in ("issued", "completed", "gap")} for op in trace["ops"]]
+    return {**{k: v for k, v in trace.items() if k not in ("started_unix", "iterations")}, "ops": ops,
+            "iterations": [(span["index"], span["ops"]) for span in trace["iterations"]]}
+
+
+@pytest.mark.multiproc
+@pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "built")
+def test_the_cpp_trace_is_the_python_trace(tmp_path):
+    """The C++ ring buffer exports exactly what the Python tracer does (its twin), clock readings aside."""
+    cpp = run_world(3, backend_ranks.iterations, 3, True, backend="p2enforcer",
+                    env={"P2_TEST_DIR": str(tmp_path / "cpp"), **impl_env("cpp")})
+    python = run_world(3, backend_ranks.iterations, 3, True, backend="p2enforcer",
+                       env={"P2_TEST_DIR": str(tmp_path / "python"), **impl_env("python")})
+    for rank in range(3):
+        assert _timeless(cpp[rank]) == _timeless(python[rank])
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("impl", IMPLS)
+def test_the_trace_keeps_the_newest_ops_and_counts_the_dropped(tmp_path, impl):
+    traces = run_world(2, backend_ranks.iterations, 4, True, backend="p2enforcer",
+                       env={"P2_TEST_DIR": str(tmp_path), "P2_TRACE_LIMIT": "5", **impl_env(impl)})
+    for trace in traces:
+        per_iteration = 3
+        assert len(trace["ops"]) == 5 and trace["dropped_ops"] == 1 + 4 * per_iteration - 5
+        assert [op["iteration"] for op in trace["ops"]] == [3, 3, 4, 4, 4]      # the newest five
+        assert trace["op_counts"]["all_reduce"] == 4                            # counts include the dropped
+
+
+@pytest.mark.multiproc
+@pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "built")
+def test_every_reduce_op_on_the_cpp_backend_including_premul_sum():
+    """PREMUL_SUM, which gloo refuses, runs as a SUM scaled by the factor (a double or a tensor);
+    AVG and the others are gloo's own (the passthrough test compares them with plain gloo)."""
+    for result in run_world(3, backend_ranks.premul_sums, backend="p2enforcer", env=impl_env("cpp")):
+        assert result["double"] == [2.5 * 6.0] * 4              # 2.5 * (1 + 2 + 3)
+        assert result["tensor"] == [0.5 * 6.0] * 4
+        assert result["reduce_scatter"] == [3.0 * 6.0] * 2
+        assert result["integer"].startswith("RuntimeError") and "PREMUL_SUM needs floating-point" in result["integer"]
+        assert result["gloo"].startswith("RuntimeError")        # plain gloo refuses it
