@@ -3,8 +3,9 @@
 ``P2_INNER_BACKEND`` chooses: a single name (``gloo``, ``nccl``, ``ucc``) for
 every device, or a map like ``cpu:gloo,cuda:nccl``. Unset: gloo for CPU
 tensors; for CUDA tensors NCCL when torch has it and a GPU is present (else
-gloo, which also handles CUDA tensors, slowly). UCC is used only when asked
-for and torch was built with it.
+gloo, which also handles CUDA tensors, slowly). UCC (CPU tensors) is used only
+when asked for; it is our own backend (:mod:`enforcer.ucc`, the ``enforcer._ucc``
+extension), not torch's, which the CPU wheel lacks.
 
 Inner backends are made directly from a store (no ``new_group``, which is
 collective over the whole world and would re-enter this backend): only the
@@ -20,6 +21,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from enforcer import ucc
 from optimizer_service.plan import InvalidInputError
 
 ENV_VAR = "P2_INNER_BACKEND"
@@ -32,7 +34,7 @@ class InnerBackendError(InvalidInputError):
 
 def _available(name: str) -> bool:
     return {"gloo": dist.is_gloo_available, "nccl": dist.is_nccl_available,
-            "ucc": dist.is_ucc_available}[name]()
+            "ucc": ucc.available}[name]()
 
 
 def default_map() -> dict[str, str]:
@@ -48,7 +50,8 @@ def parse_inner(value: str | None) -> dict[str, str]:
         return default_map()
     value = value.strip().lower()
     if ":" not in value:
-        mapping = {device: value for device in default_map()}
+        # ucc is ours and CPU-only: alone it takes the CPU and leaves CUDA tensors to the default
+        mapping = {**default_map(), "cpu": "ucc"} if value == "ucc" else {device: value for device in default_map()}
     else:
         mapping = {}
         for item in value.split(","):
@@ -59,6 +62,11 @@ def parse_inner(value: str | None) -> dict[str, str]:
     for device, name in mapping.items():
         if name not in KNOWN:
             raise InnerBackendError(f"{ENV_VAR}: unknown inner backend {name!r} for {device}; use one of {', '.join(KNOWN)}")
+        if name == "ucc" and device != "cpu":
+            raise InnerBackendError(f"{ENV_VAR}: the ucc backend handles CPU tensors only; use "
+                                    f"{'nccl or gloo' if device == 'cuda' else 'gloo'} for {device}")
+        if name == "ucc" and not ucc.available():
+            raise InnerBackendError(f"{ENV_VAR}: {ucc.why_unavailable()}")
         if not _available(name):
             raise InnerBackendError(f"{ENV_VAR}: torch {torch.__version__} was built without {name}; "
                                     f"use {'gloo' if device == 'cpu' else 'gloo or nccl'} for {device}")
@@ -82,11 +90,12 @@ def create(name: str, store: dist.Store, rank: int, size: int, timeout: timedelt
         options._timeout = timeout
         return dist.ProcessGroupNCCL(store, rank, size, options)
     if name == "ucc":
-        from torch._C._distributed_c10d import ProcessGroupUCC
-        return ProcessGroupUCC(store, rank, size, timeout)
+        return ucc.create(store, rank, size, timeout, interface=interface)
     raise InnerBackendError(f"unknown inner backend {name!r}")
 
 
 def backend_type(name: str) -> dist.ProcessGroup.BackendType:
+    """The type a group registers ``name``'s backend under: ours for UCC is a
+    custom backend (``BackendType.UCC`` means torch's own ProcessGroupUCC)."""
     return {"gloo": dist.ProcessGroup.BackendType.GLOO, "nccl": dist.ProcessGroup.BackendType.NCCL,
-            "ucc": dist.ProcessGroup.BackendType.UCC}[name]
+            "ucc": dist.ProcessGroup.BackendType.CUSTOM}[name]

@@ -9,16 +9,19 @@ values, and from there on the backend submits the ops the plan names without
 Python, a C++ dispatcher walks the motifs in plan order (the twin of
 :func:`enforcer.dispatch.next_step`) and C++ channel workers run them (the
 twins of :mod:`enforcer.p2p` and :mod:`enforcer.buffers`). The waits and
-motif records land in the C++ trace. The only call back into Python is
-:meth:`OpPlan.validate` for an op size not seen before.
+motif records land in the C++ trace. The calls back into Python are
+:meth:`OpPlan.validate` for an op size not seen before, and the motifs of a
+UCC channel (``P2_CHANNEL_BACKENDS``), which :mod:`enforcer.ucc_motifs` issues
+as one UCC collective each through our bindings (UCC has no send/recv).
 """
 
 from __future__ import annotations
 
 import logging
 
+from enforcer import ucc_motifs
 from enforcer.runtime import PlanRuntime, _shut_down
-from optimizer_service.plan import PlanError
+from optimizer_service.plan import Collective, PlanError
 
 log = logging.getLogger("enforcer")
 
@@ -35,8 +38,10 @@ class NativePlanRuntime(PlanRuntime):
                 [list(before) for before in op.dependencies()]) for op in self.ops]
         comms = {(channel, members): peers.backend for channel, by_members in self.comms_by_channel.items()
                  for members, peers in by_members.items()}
+        # UCC has no send/recv: on a UCC channel each motif is one UCC collective (enforcer.ucc_motifs).
+        python_channels = sorted(c for c, name in self.channel_backends.items() if name == "ucc")
         self.native = _native.PlanRuntime(ops, [list(op.order) for op in self.ops], self.me, comms,
-                                          group.tracer.native, self._validate)
+                                          group.tracer.native, self._validate, python_channels, self._ucc_motif)
 
     def _validate(self, op_index: int, elements: int) -> bool:
         """OpPlan.validate for a size not seen before (the C++ side remembers the answer)."""
@@ -47,6 +52,16 @@ class NativePlanRuntime(PlanRuntime):
             log.error("p2enforcer: %s; passing the op through", error)
             return False
         return True
+
+    def _ucc_motif(self, op_index: int, motif_index: int, buffer, output) -> None:
+        """A motif of a UCC channel, called by its C++ worker (with the GIL for the call)."""
+        op = self.ops[op_index]
+        motif = op.motifs[motif_index]
+        members = [op.key.group[p] for p in motif.ranks]
+        if len(members) == 1 and motif.kind is not Collective.ALL_TO_ALL:
+            return
+        peers = self.comms_by_channel[motif.channel][tuple(sorted(members))]
+        ucc_motifs.run(motif, buffer, output, members, peers.rank, peers.backend)
 
     def start(self) -> None:
         self.native.start()

@@ -58,7 +58,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from enforcer import dispatch, inner, p2p, state
+from enforcer import dispatch, inner, p2p, state, ucc_motifs
 from enforcer.buffers import BUFFERS, OpBuffer
 from optimizer_service.plan import PLAN_KIND, Collective, Motif, OpPlan, Plan, PlanError
 from optimizer_service.plan.trace import OpRecord
@@ -224,9 +224,10 @@ class PlanRuntime:
                 if len(members) > 1:
                     wanted[motif.channel].add(members)
         comms: dict[int, dict[tuple[int, ...], p2p.BackendPeers]] = {c: {} for c in wanted}
-        name = self.inner_name()
         nics = state.settings().channel_ifnames
+        self.channel_backends = {c: self.channel_backend(c) for c in wanted}
         for channel in sorted(wanted):
+            name = self.channel_backends[channel]
             interface = channel_interface(self.plan, channel, nics)
             for members in sorted(wanted[channel]):
                 if global_rank not in members:
@@ -236,7 +237,7 @@ class PlanRuntime:
                 try:
                     backend = inner.create(name, store, members.index(global_rank), len(members),
                                            self.group.timeout, interface=interface)
-                except RuntimeError as error:
+                except (RuntimeError, ValueError) as error:     # ValueError: e.g. UCC not built
                     _shut_down(comms)           # what was made so far
                     raise PlanError(f"channel {channel}: cannot make a {name} backend for ranks {list(members)}"
                                     f" on interface {interface!r}: {str(error).splitlines()[0]}") from None
@@ -245,6 +246,11 @@ class PlanRuntime:
 
     def inner_name(self) -> str:
         return self.group.inner_names.get("cpu", next(iter(self.group.inner_names.values())))
+
+    def channel_backend(self, channel: int) -> str:
+        """The backend ``channel``'s motifs run on: ``P2_CHANNEL_BACKENDS``' entry for it, else the inner one."""
+        names = state.settings().channel_backends
+        return names[channel] if channel < len(names) else self.inner_name()
 
     # -------------------------------------------------------------- submit
     def submit(self, kind: str, record: OpRecord, *args) -> dist.Work | None:
@@ -428,6 +434,9 @@ class PlanRuntime:
             return
         peers = self.comms_by_channel[channel][tuple(sorted(members))]
         buffer = submitted.io.buffer
+        if self.channel_backends.get(channel) == "ucc":      # no send/recv: one UCC collective per motif
+            ucc_motifs.run(motif, buffer, submitted.io.output, members, peers.rank, peers.backend)
+            return
         if motif.kind is Collective.ALL_TO_ALL:
             p2p.all_to_all(buffer, submitted.io.output, motif.ranges[0], motif.window, members, peers)
         elif motif.kind is Collective.REDUCE_SCATTER:

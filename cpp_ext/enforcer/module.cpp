@@ -116,14 +116,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   py::class_<p2::PlanRuntime, std::shared_ptr<p2::PlanRuntime>>(m, "PlanRuntime")
       .def(py::init([](py::list ops, std::vector<std::vector<int64_t>> orders, int64_t me, py::dict comms,
-                       std::shared_ptr<p2::OpTrace> trace, py::object validate) {
+                       std::shared_ptr<p2::OpTrace> trace, py::object validate, std::vector<int64_t> python_channels,
+                       py::object python_motif) {
              return std::make_shared<p2::PlanRuntime>(op_specs(ops), std::move(orders), me, channel_backends(comms),
-                                                      std::move(trace), std::move(validate));
+                                                      std::move(trace), std::move(validate),
+                                                      std::move(python_channels), std::move(python_motif));
            }),
            py::arg("ops"), py::arg("orders"), py::arg("me"), py::arg("comms"), py::arg("trace"), py::arg("validate"),
+           py::arg("python_channels") = std::vector<int64_t>(), py::arg("python_motif") = py::none(),
            "ops: per planned op (seq, plan kind, bytes, root, global ranks, motifs, dependencies), each motif "
            "(kind, channel, ranks, ranges, window); comms: {(channel, members): bare backend}; validate(op, elements) "
-           "-> bool")
+           "-> bool; python_channels: channels whose motifs python_motif(op, motif, buffer, output) runs (UCC)")
       .def("start", &p2::PlanRuntime::start)
       .def("step", &p2::PlanRuntime::step, py::call_guard<py::gil_scoped_release>())
       .def("close", &p2::PlanRuntime::close, py::arg("abort") = false, py::call_guard<py::gil_scoped_release>());

@@ -6,8 +6,10 @@
 //
 // Python builds it (enforcer/native_runtime.py): the plan's ops as plain values and
 // the channel backends, made collectively by the Python PlanRuntime it derives from.
-// The only call back into Python is the plan check of an op size not seen before
-// (OpPlan.validate, once per op and size).
+// The calls back into Python are the plan check of an op size not seen before
+// (OpPlan.validate, once per op and size) and the motifs of channels whose backend
+// is UCC (enforcer/ucc_motifs.py: UCC has no send/recv, each motif is one UCC
+// collective, issued through its Python bindings with the GIL for the call).
 #pragma once
 
 #include <atomic>
@@ -54,7 +56,8 @@ class PlanRuntime : public std::enable_shared_from_this<PlanRuntime> {
  public:
   PlanRuntime(std::vector<OpSpec> ops, std::vector<std::vector<int64_t>> orders, int64_t me,
               std::map<std::pair<int64_t, std::vector<int64_t>>, c10::intrusive_ptr<c10d::Backend>> comms,
-              std::shared_ptr<OpTrace> trace, pybind11::object validate);
+              std::shared_ptr<OpTrace> trace, pybind11::object validate, std::vector<int64_t> python_channels,
+              pybind11::object python_motif);
   ~PlanRuntime();
 
   void start();
@@ -91,6 +94,8 @@ class PlanRuntime : public std::enable_shared_from_this<PlanRuntime> {
   std::map<std::pair<int64_t, std::vector<int64_t>>, std::unique_ptr<Peers>> peers_;
   std::shared_ptr<OpTrace> trace_;
   pybind11::object validate_;
+  std::vector<int64_t> python_channels_;             // channels whose motifs run in Python: python_motif_(op, motif, buffer, output)
+  pybind11::object python_motif_;
   std::map<std::pair<int64_t, std::string>, int> index_;
   int64_t last_seq_ = -1;
   std::map<std::pair<int, int64_t>, bool> validated_;

@@ -1,8 +1,9 @@
 """Running one command as N×K ranks of an emulated cluster (``p2 cluster run``).
 
 Rank ``r`` runs on node ``r // K``: it is entered into that node's namespace
-with ``nsenter --net`` (which ``exec``s the command: the rank *is* the
-process we started) and gets torchrun's variables — ``RANK``, ``WORLD_SIZE``,
+with ``nsenter --net`` and given the node's sysfs in a private mount namespace
+(:func:`deploy.emulated.probe.in_namespace`; each step ``exec``s the next, so
+the rank *is* the process we started) and gets torchrun's variables — ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` (node 0's channel-0
 address), ``MASTER_PORT`` — plus ``GLOO_SOCKET_IFNAME=nic0``,
 ``OMP_NUM_THREADS=1``, ``PYTHONUNBUFFERED=1`` and ``P2_TOPOLOGY`` (the

@@ -56,11 +56,19 @@ with socket.socket() as s:
 """
 
 
+#: Run inside a node with the node's own sysfs (what ``ip netns exec`` does): ``nsenter --net``
+#: keeps the host's ``/sys``, where UCX (the UCC transport) lists network devices, so it
+#: would see none of the node's NICs. A private mount namespace keeps the host's ``/sys``
+#: untouched; every step ``exec``s, so the command keeps the process we started.
+WITH_NODE_SYSFS = ("unshare", "--mount", "--propagation", "private", "sh", "-c",
+                   'mount -t sysfs sysfs /sys && exec "$0" "$@"')
+
+
 def in_namespace(namespace: str | None, argv: list[str]) -> list[str]:
-    """``argv`` entered into ``namespace`` (unchanged for ``None``: the host)."""
+    """``argv`` entered into ``namespace`` with its sysfs (unchanged for ``None``: the host)."""
     if namespace is None:
         return list(argv)
-    return ["nsenter", f"--net={NETNS_DIR / namespace}", "--", *argv]
+    return ["nsenter", f"--net={NETNS_DIR / namespace}", "--", *WITH_NODE_SYSFS, *argv]
 
 
 def _python(namespace: str | None, code: str, *args: str, timeout: float = 30) -> str:
