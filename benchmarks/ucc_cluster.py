@@ -52,7 +52,7 @@ SIZES = (64 * 2**10, 2**20, 16 * 2**20, 64 * 2**20)
 def _run_op(backend, op: str, elements: int, world: int, rank: int):
     """One op of ``elements`` 4-byte elements per rank's buffer; returns a check of its result."""
     import torch
-    import torch.distributed as dist
+    from torch._C import _distributed_c10d as c10d
 
     if op == "all_reduce":
         tensor = torch.full((elements,), float(rank + 1))
@@ -61,16 +61,16 @@ def _run_op(backend, op: str, elements: int, world: int, rank: int):
     if op == "all_gather":
         part = elements // world
         output = torch.empty(part * world)
-        backend._allgather_base(output, torch.full((part,), float(rank)), dist.AllgatherOptions()).wait()
+        backend._allgather_base(output, torch.full((part,), float(rank)), c10d.AllgatherOptions()).wait()
         return bool(torch.equal(output, torch.arange(world, dtype=torch.float32).repeat_interleave(part)))
     if op == "reduce_scatter":
         part = elements // world
         output = torch.empty(part)
-        backend._reduce_scatter_base(output, torch.ones(part * world), dist.ReduceScatterOptions()).wait()
+        backend._reduce_scatter_base(output, torch.ones(part * world), c10d.ReduceScatterOptions()).wait()
         return bool(torch.all(output == world))
     block = elements // world
     output = torch.empty(block * world)
-    backend.alltoall_base(output, torch.full((block * world,), float(rank)), [], [], dist.AllToAllOptions()).wait()
+    backend.alltoall_base(output, torch.full((block * world,), float(rank)), [], [], c10d.AllToAllOptions()).wait()
     return bool(torch.equal(output, torch.arange(world, dtype=torch.float32).repeat_interleave(block)))
 
 
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="bytes per rank's buffer")
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--plan-mib", type=float, default=32.0, help="MiB of the two-channel plan's all_reduce")
-    parser.add_argument("--nic", default="1gbit", help="rate of each NIC (tc tbf)")
+    parser.add_argument("--nic", default="1Gbit/s", help="rate of each NIC (tc tbf)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--rank-side", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--part", choices=("collectives", "plan"), default="collectives", help=argparse.SUPPRESS)
