@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.p2_command import p2  # noqa: E402
+from benchmarks.p2_command import emulated_cluster, p2  # noqa: E402
 
 NAME = "enforcer-bench"
 
@@ -209,14 +209,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "times.json"
-        p2("cluster", "up", "--name", NAME, "--nodes", "2", "--per-node", "4", "--nic", args.nic,
-           "--nic2", args.nic)
-        try:
+        with emulated_cluster(NAME, args.nic):
             p2("cluster", "run", "--name", NAME, "--timeout", "1500", "--", sys.executable, __file__,
                "--rank-side", str(raw), "--mib", str(args.mib), "--iterations", str(args.iterations),
                "--program-mib", str(args.program_mib))
-        finally:
-            p2("cluster", "down", "--name", NAME)
         measured = json.loads(raw.read_text())
     medians = {case: statistics.median(times) for case, times in measured["times"].items()}
     summary = {

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.p2_command import p2  # noqa: E402
+from benchmarks.p2_command import emulated_cluster, p2  # noqa: E402
 
 NAME = "ucc-bench"
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -229,14 +229,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "times.json"
-        p2("cluster", "up", "--name", NAME, "--nodes", "2", "--per-node", "4", "--nic", args.nic,
-           "--nic2", args.nic)
-        try:
+        with emulated_cluster(NAME, args.nic):
             collectives = _cluster_run(raw, args, "collectives", {})
             both_gloo = _cluster_run(raw, args, "plan", {"P2_CHANNEL_BACKENDS": "gloo,gloo"})
             with_ucc = _cluster_run(raw, args, "plan", {"P2_CHANNEL_BACKENDS": "gloo,ucc"})
-        finally:
-            p2("cluster", "down", "--name", NAME)
     rows = []
     for key, samples in collectives.items():
         op, nbytes = key.split("/")

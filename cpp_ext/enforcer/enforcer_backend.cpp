@@ -58,6 +58,18 @@ bool even_splits(const std::vector<int64_t>& splits, const at::Tensor& tensor, i
 
 const at::Tensor* first(const std::vector<at::Tensor>& tensors) { return tensors.empty() ? nullptr : &tensors[0]; }
 
+// `call(opts)` on the inner backend, or, where it lacks opts.reduceOp (PREMUL_SUM on gloo),
+// `call` with SUM and `outputs` scaled once it completes (scaled_work.hpp).
+template <typename Options, typename Call>
+WorkPtr reduced(const Options& opts, bool lacks, const at::Tensor* sample, std::vector<at::Tensor> outputs,
+                Call&& call) {
+  Scaling scaling = Scaling::of(opts.reduceOp, lacks, sample);
+  if (!scaling.needed) return call(opts);
+  Options sum = opts;
+  sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+  return c10::make_intrusive<ScaledWork>(call(sum), std::move(outputs), std::move(scaling));
+}
+
 // No arguments for the plan runtime: it only counts the op.
 struct NoArgs {
   OpArgs operator()() const { return OpArgs(); }
@@ -173,12 +185,8 @@ WorkPtr EnforcerBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d:
   const at::Tensor* sample = first(tensors);
   return op(
       OpKind::AllReduce, sample, nbytes(tensors), 0,
-      [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, sample);
-        if (!scaling.needed) return b.allreduce(tensors, opts);
-        c10d::AllreduceOptions sum = opts;
-        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-        return c10::make_intrusive<ScaledWork>(b.allreduce(tensors, sum), tensors, std::move(scaling));
+      [&](c10d::Backend& b) {
+        return reduced(opts, lacks_premul(b), sample, tensors, [&](const auto& o) { return b.allreduce(tensors, o); });
       },
       [&] { return tensors_args(tensors, opts.reduceOp); }, true);
 }
@@ -188,12 +196,9 @@ WorkPtr EnforcerBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
   const at::Tensor* sample = first(tensors);
   return op(
       OpKind::AllReduceCoalesced, sample, nbytes(tensors), 0,
-      [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, sample);
-        if (!scaling.needed) return b.allreduce_coalesced(tensors, opts);
-        c10d::AllreduceCoalescedOptions sum = opts;
-        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-        return c10::make_intrusive<ScaledWork>(b.allreduce_coalesced(tensors, sum), tensors, std::move(scaling));
+      [&](c10d::Backend& b) {
+        return reduced(opts, lacks_premul(b), sample, tensors,
+                       [&](const auto& o) { return b.allreduce_coalesced(tensors, o); });
       },
       NoArgs(), false);
 }
@@ -210,14 +215,11 @@ WorkPtr EnforcerBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::Re
   const at::Tensor* sample = first(tensors);
   return op(
       OpKind::Reduce, sample, nbytes(tensors), static_cast<int32_t>(opts.rootRank),
-      [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, sample);
-        if (!scaling.needed) return b.reduce(tensors, opts);
-        c10d::ReduceOptions sum = opts;
-        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+      [&](c10d::Backend& b) {
         std::vector<at::Tensor> outputs;
         if (getRank() == opts.rootRank) outputs = tensors;    // only the root's result is defined
-        return c10::make_intrusive<ScaledWork>(b.reduce(tensors, sum), std::move(outputs), std::move(scaling));
+        return reduced(opts, lacks_premul(b), sample, std::move(outputs),
+                       [&](const auto& o) { return b.reduce(tensors, o); });
       },
       NoArgs(), false);
 }
@@ -274,12 +276,9 @@ WorkPtr EnforcerBackend::reduce_scatter(std::vector<at::Tensor>& outputs, std::v
   const at::Tensor* sample = first(outputs);
   return op(
       OpKind::ReduceScatter, sample, nbytes(inputs), 0,
-      [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, sample);
-        if (!scaling.needed) return b.reduce_scatter(outputs, inputs, opts);
-        c10d::ReduceScatterOptions sum = opts;
-        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-        return c10::make_intrusive<ScaledWork>(b.reduce_scatter(outputs, inputs, sum), outputs, std::move(scaling));
+      [&](c10d::Backend& b) {
+        return reduced(opts, lacks_premul(b), sample, outputs,
+                       [&](const auto& o) { return b.reduce_scatter(outputs, inputs, o); });
       },
       NoArgs(), false);
 }
@@ -288,13 +287,9 @@ WorkPtr EnforcerBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& in
                                               const c10d::ReduceScatterOptions& opts) {
   return op(
       OpKind::ReduceScatterTensor, &input, nbytes(input), 0,
-      [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, &input);
-        if (!scaling.needed) return b._reduce_scatter_base(output, input, opts);
-        c10d::ReduceScatterOptions sum = opts;
-        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-        return c10::make_intrusive<ScaledWork>(b._reduce_scatter_base(output, input, sum),
-                                               std::vector<at::Tensor>{output}, std::move(scaling));
+      [&](c10d::Backend& b) {
+        return reduced(opts, lacks_premul(b), &input, {output},
+                       [&](const auto& o) { return b._reduce_scatter_base(output, input, o); });
       },
       [&] { return pair_args(output, input, opts.reduceOp); }, true);
 }
@@ -306,13 +301,9 @@ WorkPtr EnforcerBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>
   const at::Tensor* sample = first(inputs);
   return op(
       OpKind::ReduceScatterTensorCoalesced, sample, nbytes(inputs), 0,
-      [&](c10d::Backend& b) -> WorkPtr {
-        Scaling scaling = Scaling::of(opts.reduceOp, &b == cpu_ && cpu_lacks_premul_, sample);
-        if (!scaling.needed) return b.reduce_scatter_tensor_coalesced(outputs, inputs, opts);
-        c10d::ReduceScatterOptions sum = opts;
-        sum.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-        return c10::make_intrusive<ScaledWork>(b.reduce_scatter_tensor_coalesced(outputs, inputs, sum), outputs,
-                                               std::move(scaling));
+      [&](c10d::Backend& b) {
+        return reduced(opts, lacks_premul(b), sample, outputs,
+                       [&](const auto& o) { return b.reduce_scatter_tensor_coalesced(outputs, inputs, o); });
       },
       NoArgs(), false);
 }

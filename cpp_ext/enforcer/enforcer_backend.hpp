@@ -97,6 +97,7 @@ class EnforcerBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> op(OpKind kind, const at::Tensor* tensor, int64_t bytes, int32_t root, Run&& run,
                                     Args&& planned, bool plannable);
   c10d::Backend& inner_for(const at::Tensor* tensor);
+  bool lacks_premul(const c10d::Backend& b) const { return &b == cpu_ && cpu_lacks_premul_; }
   c10::intrusive_ptr<c10d::Work> track(c10::intrusive_ptr<c10d::Work> work, int64_t index);
   void close(bool abort);
 
