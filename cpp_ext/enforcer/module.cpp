@@ -1,5 +1,8 @@
 // The pybind11 module enforcer._native: the C++ p2enforcer backend and its trace.
 // enforcer/native.py is its only caller.
+#include <algorithm>
+#include <optional>
+
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/extension.h>
 
@@ -203,5 +206,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 },
                 py::arg("plan_kind"), py::arg("tensors"), py::arg("output"), py::arg("input"), py::arg("reduce_op"),
                 py::arg("root"), py::arg("key_root"), py::arg("size"), py::arg("rank"));
+    // The dispatcher's decision (dispatch.hpp), for the parity test against enforcer.dispatch.next_step.
+    testing.def("next_step", [](std::vector<std::vector<int64_t>> orders, size_t position, std::optional<double> since,
+                                std::vector<std::tuple<int, std::vector<bool>, bool>> ops, bool closed, double now) {
+                  auto schedule = p2::dispatch::Schedule::of(std::move(orders));
+                  p2::dispatch::IterationView view;
+                  view.closed = closed;
+                  for (const auto& [op, handed, waited] : ops) {
+                    int dispatched = static_cast<int>(std::count(handed.begin(), handed.end(), true));
+                    view.ops.push_back({op, dispatched, &handed, waited});
+                  }
+                  auto step = p2::dispatch::next_step(schedule, {position, since}, view, now);
+                  return py::make_tuple(step.cursor.position, step.cursor.since, step.hand_over, step.missing,
+                                        step.waited, step.blocked, step.finished);
+                },
+                py::arg("orders"), py::arg("position"), py::arg("since"), py::arg("ops"), py::arg("closed"),
+                py::arg("now"),
+                "ops: the submitted ops in submission order as (op, handed per motif, waited); returns (position, "
+                "since, hand_over, missing, waited, blocked, finished)");
   }
 }
