@@ -129,3 +129,43 @@ def test_resharding_benchmark_measures_table2_cases(tmp_path):
         assert all(s["measured_seconds"] > 0 and s["predicted_seconds"] > 0 for s in row["systems"])
         assert row["lower_bound_seconds"] > 0
     assert set(table2["findings"]["speedup_over_send_recv"]) == {"case3"}
+
+
+def _run_benchmark(script: str, *args: str, timeout: int = 900):
+    """A benchmark script in a fresh interpreter (see the test above: no forking from this process)."""
+    import subprocess
+    import sys
+
+    from benchmarks import resharding as reshard_bench
+    return subprocess.run([sys.executable, str(reshard_bench.ROOT / "benchmarks" / script), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.multiproc
+@pytest.mark.skipif(not __import__("enforcer.native").native.available(), reason="the C++ backend is not built")
+def test_overhead_benchmark_measures_both_implementations(tmp_path):
+    done = _run_benchmark("enforcer_overhead.py", "--worlds", "1", "--rounds", "2", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "goals (C++ backend)" in done.stdout
+    rows = json.loads((tmp_path / "enforcer_overhead.json").read_text())["rows"]
+    assert sorted((r["impl"], r["size"]) for r in rows) == [("cpp", "16 MiB"), ("cpp", "8 B"), ("python", "16 MiB"),
+                                                            ("python", "8 B")]
+    assert all(r["gloo_seconds"] > 0 and r["p2enforcer_seconds"] > 0 for r in rows)
+    assert (tmp_path / "enforcer_overhead.png").stat().st_size > 10_000
+
+
+@pytest.mark.netns
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.skipif(not can_manage_namespaces(), reason="needs CAP_NET_ADMIN (run as root) for the emulated cluster")
+@pytest.mark.skipif(not __import__("enforcer.ucc").ucc.available(), reason="the UCC backend is not built")
+def test_ucc_benchmark_compares_collectives_and_the_two_channel_plan(tmp_path):
+    done = _run_benchmark("ucc_cluster.py", "--sizes", "65536", "--iterations", "1", "--plan-mib", "1",
+                          "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((tmp_path / "ucc_cluster.json").read_text())
+    assert [row["op"] for row in summary["collectives"]] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+    assert all(row["gloo_seconds"] > 0 and row["ucc_seconds"] > 0 for row in summary["collectives"])
+    assert set(summary["two_channels"]["median_seconds"]) == {"gloo passthrough", "plan, gloo + gloo",
+                                                              "plan, gloo + ucc"}
+    assert (tmp_path / "ucc_cluster.png").stat().st_size > 10_000
