@@ -50,26 +50,32 @@ def measure(sizes: dict[str, int], rounds: int) -> dict:
     import torch.distributed as dist
 
     plain = dist.new_group(backend="gloo")
-    enforced = dist.group.WORLD
     result = {}
     for label, nbytes in sizes.items():
         tensor = torch.ones(max(1, nbytes // 4))
-        burst = BURST if nbytes < 2**20 else 1
-        times = {"gloo": [], "p2enforcer": []}
-        for round_ in range(rounds + 1):
-            order = [("gloo", plain), ("p2enforcer", enforced)]
-            if round_ % 2:
-                order.reverse()
-            for name, group in order:
-                dist.barrier(group=plain)
-                start = time.perf_counter()
-                for _ in range(burst):
-                    dist.all_reduce(tensor, group=group)
-                if round_:                        # round 0 warms both up
-                    times[name].append((time.perf_counter() - start) / burst)
-        result[label] = times
+        result[label] = _alternate(tensor, rounds, BURST if nbytes < 2**20 else 1, plain)
     result[PLANNED[0]] = _planned(rounds, plain)
     return result
+
+
+def _alternate(tensor, rounds: int, burst: int, plain) -> dict[str, list[float]]:
+    """Per round, the per-op seconds of ``burst`` all_reduces of ``tensor`` on plain gloo and on the
+    p2enforcer world, alternating which goes first; round 0 warms both up."""
+    import torch.distributed as dist
+
+    times = {"gloo": [], "p2enforcer": []}
+    for round_ in range(rounds + 1):
+        order = [("gloo", plain), ("p2enforcer", dist.group.WORLD)]
+        if round_ % 2:
+            order.reverse()
+        for name, group in order:
+            dist.barrier(group=plain)
+            start = time.perf_counter()
+            for _ in range(burst):
+                dist.all_reduce(tensor, group=group)
+            if round_:
+                times[name].append((time.perf_counter() - start) / burst)
+    return times
 
 
 def _planned(rounds: int, plain) -> dict[str, list[float]]:
@@ -89,19 +95,7 @@ def _planned(rounds: int, plain) -> dict[str, list[float]]:
     op = OpPlan.of(OpKey(0, "all_reduce", PLANNED[1], tuple(range(size))),
                    segment(comm_op(Collective.ALL_REDUCE, range(size), elements), elements // MOTIFS))
     enforcer.install_plan(Plan(version=1, world_size=size, channels={0: None}, ops=(op,)))
-    tensor = torch.ones(elements)
-    times = {"gloo": [], "p2enforcer": []}
-    for round_ in range(rounds + 1):
-        order = [("gloo", plain), ("p2enforcer", dist.group.WORLD)]
-        if round_ % 2:
-            order.reverse()
-        for name, group in order:
-            dist.barrier(group=plain)
-            start = time.perf_counter()
-            for _ in range(PLANNED_BURST):
-                dist.all_reduce(tensor, group=group)
-            if round_:
-                times[name].append((time.perf_counter() - start) / PLANNED_BURST)
+    times = _alternate(torch.ones(elements), rounds, PLANNED_BURST, plain)
     enforced = sum(1 for record in enforcer.trace()["ops"] if record["enforced"])
     enforcer.remove_plan()
     if enforced < PLANNED_BURST:
