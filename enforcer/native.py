@@ -140,7 +140,7 @@ class NativeGroup(GroupCore):
         self.backend = _native.EnforcerBackend(rank, size, tracer.native, tracer.native.add_group(list(ranks), name),
                                                inner)
         # The backend holds these until torch shuts it down (then it lets go: no cycle outlives the group).
-        self.backend.set_on_close(self._on_close)
+        self.backend.set_on_close(self._close)
         self._start()
 
     def rank(self) -> int:
@@ -164,9 +164,6 @@ class NativeGroup(GroupCore):
     def new_runtime(self, plan, store_prefix: str | None = None, store=None):
         from enforcer.native_runtime import NativePlanRuntime
         return NativePlanRuntime(self, plan, store_prefix, store)
-
-    def _on_close(self, abort: bool) -> None:
-        self._close(abort)
 
     def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False) -> None:
         if timeout is None:

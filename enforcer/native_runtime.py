@@ -17,13 +17,7 @@ as one UCC collective each through our bindings (UCC has no send/recv).
 
 from __future__ import annotations
 
-import logging
-
-from enforcer import ucc_motifs
-from enforcer.runtime import PlanRuntime, _shut_down
-from optimizer_service.plan import Collective, PlanError
-
-log = logging.getLogger("enforcer")
+from enforcer.runtime import PlanRuntime, _shut_down, valid
 
 
 class NativePlanRuntime(PlanRuntime):
@@ -45,23 +39,12 @@ class NativePlanRuntime(PlanRuntime):
 
     def _validate(self, op_index: int, elements: int) -> bool:
         """OpPlan.validate for a size not seen before (the C++ side remembers the answer)."""
-        op = self.ops[op_index]
-        try:
-            op.validate(elements)
-        except PlanError as error:
-            log.error("p2enforcer: %s; passing the op through", error)
-            return False
-        return True
+        return valid(self.ops[op_index], elements)
 
     def _ucc_motif(self, op_index: int, motif_index: int, buffer, output) -> None:
         """A motif of a UCC channel, called by its C++ worker (with the GIL for the call)."""
         op = self.ops[op_index]
-        motif = op.motifs[motif_index]
-        members = [op.key.group[p] for p in motif.ranks]
-        if len(members) == 1 and motif.kind is not Collective.ALL_TO_ALL:
-            return
-        peers = self.comms_by_channel[motif.channel][tuple(sorted(members))]
-        ucc_motifs.run(motif, buffer, output, members, peers.rank, peers.backend)
+        self.run_motif(op, op.motifs[motif_index], buffer, output)
 
     def start(self) -> None:
         self.native.start()

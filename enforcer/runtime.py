@@ -288,14 +288,7 @@ class PlanRuntime:
     def _fits(self, op_index: int, op: OpPlan, elements: int, nbytes: int) -> bool:
         key = (op_index, elements)
         if key not in self._validated:
-            ok = nbytes == op.key.nbytes
-            if ok:
-                try:
-                    op.validate(elements)
-                except PlanError as error:
-                    log.error("p2enforcer: %s; passing the op through", error)
-                    ok = False
-            self._validated[key] = ok
+            self._validated[key] = nbytes == op.key.nbytes and valid(op, elements)
         return self._validated[key]
 
     def waiting_on(self, submitted: _Submitted) -> None:
@@ -407,7 +400,8 @@ class PlanRuntime:
             tracer = self.group.tracer
             try:        # whatever fails here reaches the op's waiter: a worker never dies
                 start = tracer.now()
-                self._run(submitted, submitted.op.motifs[motif_index], channel)
+                self.run_motif(submitted.op, submitted.op.motifs[motif_index], submitted.io.buffer,
+                               submitted.io.output)
                 tracer.motif(submitted.record, submitted.op.order[motif_index], channel,
                              submitted.waits.get(motif_index, 0.0), start, tracer.now() - start)
             except Exception as error:  # noqa: BLE001 — handed to whoever waits on the op
@@ -427,18 +421,19 @@ class PlanRuntime:
             self.group.tracer.complete(submitted.record)
             submitted.future.set_result(submitted.io.result)
 
-    def _run(self, submitted: _Submitted, motif: Motif, channel: int) -> None:
-        group = submitted.op.key.group
-        members = [group[p] for p in motif.ranks]
+    def run_motif(self, op: OpPlan, motif: Motif, buffer: torch.Tensor, output: torch.Tensor | None) -> None:
+        """Run ``motif`` of ``op`` on this rank over its channel's backend for the motif's members:
+        the send/recv algorithms of :mod:`enforcer.p2p`, or one UCC collective on a UCC channel.
+        ``buffer``/``output``: the op's buffer (:mod:`enforcer.buffers`)."""
+        members = [op.key.group[p] for p in motif.ranks]
         if len(members) == 1 and motif.kind is not Collective.ALL_TO_ALL:
             return
-        peers = self.comms_by_channel[channel][tuple(sorted(members))]
-        buffer = submitted.io.buffer
-        if self.channel_backends.get(channel) == "ucc":      # no send/recv: one UCC collective per motif
-            ucc_motifs.run(motif, buffer, submitted.io.output, members, peers.rank, peers.backend)
+        peers = self.comms_by_channel[motif.channel][tuple(sorted(members))]
+        if self.channel_backends.get(motif.channel) == "ucc":      # no send/recv: one UCC collective per motif
+            ucc_motifs.run(motif, buffer, output, members, peers.rank, peers.backend)
             return
         if motif.kind is Collective.ALL_TO_ALL:
-            p2p.all_to_all(buffer, submitted.io.output, motif.ranges[0], motif.window, members, peers)
+            p2p.all_to_all(buffer, output, motif.ranges[0], motif.window, members, peers)
         elif motif.kind is Collective.REDUCE_SCATTER:
             p2p.reduce_scatter([buffer[a:b] for a, b in motif.ranges], members, peers)
         elif motif.kind is Collective.ALL_GATHER:
@@ -454,6 +449,16 @@ class PlanRuntime:
                 p2p.reduce(data, members, peers)
             else:
                 p2p.broadcast(data, members, peers)
+
+
+def valid(op: OpPlan, elements: int) -> bool:
+    """Whether ``op``'s plan computes it on a buffer of ``elements`` (:meth:`OpPlan.validate`); why not is logged."""
+    try:
+        op.validate(elements)
+    except PlanError as error:
+        log.error("p2enforcer: %s; passing the op through", error)
+        return False
+    return True
 
 
 def _shut_down(comms_by_channel: dict[int, dict[tuple[int, ...], p2p.BackendPeers]]) -> None:

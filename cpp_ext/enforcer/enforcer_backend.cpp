@@ -99,7 +99,7 @@ EnforcerBackend::EnforcerBackend(int rank, int size, std::shared_ptr<OpTrace> tr
   TORCH_CHECK(!inner_.empty(), "p2enforcer: no inner backend given");
   if (auto it = inner_.find("cpu"); it != inner_.end()) {
     cpu_ = it->second.get();
-    cpu_lacks_premul_ = cpu_->getBackendName() == "gloo";
+    cpu_is_gloo_ = cpu_->getBackendName() == "gloo";
   }
   if (auto it = inner_.find("cuda"); it != inner_.end()) cuda_ = it->second.get();
 }
@@ -137,12 +137,13 @@ c10d::Backend& EnforcerBackend::inner_for(const at::Tensor* tensor) {
   return *it->second;
 }
 
-WorkPtr EnforcerBackend::track(WorkPtr work, int64_t index) {
+WorkPtr EnforcerBackend::track(WorkPtr work, int64_t index, bool futureless) {
+  if (futureless) return c10::make_intrusive<TrackedWork>(std::move(work), trace_, index);
   c10::intrusive_ptr<c10::ivalue::Future> future;
   try {
     future = work->getFuture();
   } catch (const std::exception&) {
-    return c10::make_intrusive<TrackedWork>(std::move(work), trace_, index);   // no future (gloo's send/recv)
+    return c10::make_intrusive<TrackedWork>(std::move(work), trace_, index);   // another backend without a future
   }
   std::weak_ptr<OpTrace> trace = trace_;
   future->addCallback([trace, index](c10::ivalue::Future&) {
@@ -165,7 +166,8 @@ WorkPtr EnforcerBackend::op(OpKind kind, const at::Tensor* tensor, int64_t bytes
       }
     }
   }
-  return track(run(inner_for(tensor)), entry.index);
+  c10d::Backend& inner = inner_for(tensor);
+  return track(run(inner), entry.index, (kind == OpKind::Send || kind == OpKind::Recv) && is_gloo(inner));
 }
 
 // ------------------------------------------------------------------ plumbing
@@ -186,7 +188,7 @@ WorkPtr EnforcerBackend::allreduce(std::vector<at::Tensor>& tensors, const c10d:
   return op(
       OpKind::AllReduce, sample, nbytes(tensors), 0,
       [&](c10d::Backend& b) {
-        return reduced(opts, lacks_premul(b), sample, tensors, [&](const auto& o) { return b.allreduce(tensors, o); });
+        return reduced(opts, is_gloo(b), sample, tensors, [&](const auto& o) { return b.allreduce(tensors, o); });
       },
       [&] { return tensors_args(tensors, opts.reduceOp); }, true);
 }
@@ -197,7 +199,7 @@ WorkPtr EnforcerBackend::allreduce_coalesced(std::vector<at::Tensor>& tensors,
   return op(
       OpKind::AllReduceCoalesced, sample, nbytes(tensors), 0,
       [&](c10d::Backend& b) {
-        return reduced(opts, lacks_premul(b), sample, tensors,
+        return reduced(opts, is_gloo(b), sample, tensors,
                        [&](const auto& o) { return b.allreduce_coalesced(tensors, o); });
       },
       NoArgs(), false);
@@ -218,7 +220,7 @@ WorkPtr EnforcerBackend::reduce(std::vector<at::Tensor>& tensors, const c10d::Re
       [&](c10d::Backend& b) {
         std::vector<at::Tensor> outputs;
         if (getRank() == opts.rootRank) outputs = tensors;    // only the root's result is defined
-        return reduced(opts, lacks_premul(b), sample, std::move(outputs),
+        return reduced(opts, is_gloo(b), sample, std::move(outputs),
                        [&](const auto& o) { return b.reduce(tensors, o); });
       },
       NoArgs(), false);
@@ -277,7 +279,7 @@ WorkPtr EnforcerBackend::reduce_scatter(std::vector<at::Tensor>& outputs, std::v
   return op(
       OpKind::ReduceScatter, sample, nbytes(inputs), 0,
       [&](c10d::Backend& b) {
-        return reduced(opts, lacks_premul(b), sample, outputs,
+        return reduced(opts, is_gloo(b), sample, outputs,
                        [&](const auto& o) { return b.reduce_scatter(outputs, inputs, o); });
       },
       NoArgs(), false);
@@ -288,7 +290,7 @@ WorkPtr EnforcerBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& in
   return op(
       OpKind::ReduceScatterTensor, &input, nbytes(input), 0,
       [&](c10d::Backend& b) {
-        return reduced(opts, lacks_premul(b), &input, {output},
+        return reduced(opts, is_gloo(b), &input, {output},
                        [&](const auto& o) { return b._reduce_scatter_base(output, input, o); });
       },
       [&] { return pair_args(output, input, opts.reduceOp); }, true);
@@ -302,7 +304,7 @@ WorkPtr EnforcerBackend::reduce_scatter_tensor_coalesced(std::vector<at::Tensor>
   return op(
       OpKind::ReduceScatterTensorCoalesced, sample, nbytes(inputs), 0,
       [&](c10d::Backend& b) {
-        return reduced(opts, lacks_premul(b), sample, outputs,
+        return reduced(opts, is_gloo(b), sample, outputs,
                        [&](const auto& o) { return b.reduce_scatter_tensor_coalesced(outputs, inputs, o); });
       },
       NoArgs(), false);

@@ -97,8 +97,9 @@ class EnforcerBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> op(OpKind kind, const at::Tensor* tensor, int64_t bytes, int32_t root, Run&& run,
                                     Args&& planned, bool plannable);
   c10d::Backend& inner_for(const at::Tensor* tensor);
-  bool lacks_premul(const c10d::Backend& b) const { return &b == cpu_ && cpu_lacks_premul_; }
-  c10::intrusive_ptr<c10d::Work> track(c10::intrusive_ptr<c10d::Work> work, int64_t index);
+  bool is_gloo(const c10d::Backend& b) const { return &b == cpu_ && cpu_is_gloo_; }
+  // `futureless`: the Work is known to have no future (gloo's send/recv), so no exception is thrown to learn it.
+  c10::intrusive_ptr<c10d::Work> track(c10::intrusive_ptr<c10d::Work> work, int64_t index, bool futureless);
   void close(bool abort);
 
   std::shared_ptr<OpTrace> trace_;
@@ -106,7 +107,7 @@ class EnforcerBackend : public c10d::Backend {
   std::map<std::string, Inner> inner_;
   c10d::Backend* cpu_ = nullptr;
   c10d::Backend* cuda_ = nullptr;
-  bool cpu_lacks_premul_ = false;  // the CPU inner backend is gloo (no PREMUL_SUM)
+  bool cpu_is_gloo_ = false;      // the CPU inner backend is gloo (no PREMUL_SUM; send/recv Works without a future)
   std::atomic<bool> planned_{false};
   std::atomic<std::shared_ptr<PlanRuntime>> plan_;
   pybind11::object on_close_;
