@@ -96,7 +96,16 @@ def under_plan(reverse: bool, channels: int, async_all: bool, iterations: int = 
     trace = enforcer.trace()
     enforced = sum(1 for op in trace["ops"] if op["enforced"])
     return {"mismatches": mismatches, "enforced": enforced, "waits": len(trace["waits"]),
-            "impl": enforcer.implementation(), "motifs": len(trace["motifs"])}
+            "impl": enforcer.implementation(), "motifs": len(trace["motifs"]),
+            "channel_orders": channel_orders(trace["motifs"])}
+
+
+def channel_orders(motifs: list[dict]) -> list[list[int]]:
+    """Per (iteration, channel), the plan order numbers of its motifs in the order they started."""
+    runs: dict[tuple[int, int], list[dict]] = {}
+    for motif in motifs:
+        runs.setdefault((motif["iteration"], motif["channel"]), []).append(motif)
+    return [[m["order"] for m in sorted(run, key=lambda m: m["start"])] for _, run in sorted(runs.items())]
 
 
 def mismatched_plan() -> dict:
