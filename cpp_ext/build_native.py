@@ -33,6 +33,11 @@ CPP = ROOT / "cpp_ext"
 FLAGS = ["-O3", "-std=c++20", "-fvisibility=hidden"]
 
 
+def _headers(folder: str) -> list[str]:
+    """The headers a change of which rebuilds the extension in ``folder``: its own and the shared ones."""
+    return sorted(str(p.relative_to(ROOT)) for p in [*(CPP / folder).glob("*.hpp"), *(CPP / "include").rglob("*.hpp")])
+
+
 def _extensions(ucc_prefix: str | None, only: str | None):
     from torch.utils.cpp_extension import CppExtension
 
@@ -40,16 +45,16 @@ def _extensions(ucc_prefix: str | None, only: str | None):
     if only in (None, "native"):
         exts.append(CppExtension(
             "enforcer._native", sorted(str(p.relative_to(ROOT)) for p in (CPP / "enforcer").glob("*.cpp")),
-            include_dirs=[str(CPP / "enforcer")], extra_compile_args=FLAGS,
-            depends=sorted(str(p.relative_to(ROOT)) for p in (CPP / "enforcer").glob("*.hpp"))))
+            include_dirs=[str(CPP / "enforcer"), str(CPP / "include")], extra_compile_args=FLAGS,
+            depends=_headers("enforcer")))
     if only in (None, "ucc") and ucc_prefix:
         prefix = Path(ucc_prefix)
         exts.append(CppExtension(
             "enforcer._ucc", sorted(str(p.relative_to(ROOT)) for p in (CPP / "ucc").glob("*.cpp")),
-            include_dirs=[str(CPP / "ucc"), str(prefix / "include")], extra_compile_args=FLAGS,
+            include_dirs=[str(CPP / "ucc"), str(CPP / "include"), str(prefix / "include")], extra_compile_args=FLAGS,
             library_dirs=[str(prefix / "lib")], libraries=["ucc"],
             extra_link_args=[f"-Wl,-rpath,{prefix / 'lib'}"],
-            depends=sorted(str(p.relative_to(ROOT)) for p in (CPP / "ucc").glob("*.hpp"))))
+            depends=_headers("ucc")))
     return exts
 
 

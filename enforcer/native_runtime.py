@@ -8,11 +8,11 @@ made by their members in one order. The plan is then handed to C++ as plain
 values, and from there on the backend submits the ops the plan names without
 Python, a C++ dispatcher walks the motifs in plan order (the twin of
 :func:`enforcer.dispatch.next_step`) and C++ channel workers run them (the
-twins of :mod:`enforcer.p2p` and :mod:`enforcer.buffers`). The waits and
-motif records land in the C++ trace. The calls back into Python are
-:meth:`OpPlan.validate` for an op size not seen before, and the motifs of a
-UCC channel (``P2_CHANNEL_BACKENDS``), which :mod:`enforcer.ucc_motifs` issues
-as one UCC collective each through our bindings (UCC has no send/recv).
+twins of :mod:`enforcer.p2p` and :mod:`enforcer.buffers`; on a UCC channel,
+``P2_CHANNEL_BACKENDS``, of :mod:`enforcer.ucc_motifs`: one UCC collective per
+motif through the backend's v-collectives, since UCC has no send/recv). The
+waits and motif records land in the C++ trace. The one call back into Python
+is :meth:`OpPlan.validate` for an op size not seen before.
 """
 
 from __future__ import annotations
@@ -32,19 +32,14 @@ class NativePlanRuntime(PlanRuntime):
                 [list(before) for before in op.dependencies()]) for op in self.ops]
         comms = {(channel, members): peers.backend for channel, by_members in self.comms_by_channel.items()
                  for members, peers in by_members.items()}
-        # UCC has no send/recv: on a UCC channel each motif is one UCC collective (enforcer.ucc_motifs).
-        python_channels = sorted(c for c, name in self.channel_backends.items() if name == "ucc")
+        # UCC has no send/recv: on a UCC channel each motif is one UCC collective (cpp_ext/enforcer/ucc_motifs.*).
+        ucc_channels = sorted(c for c, name in self.channel_backends.items() if name == "ucc")
         self.native = _native.PlanRuntime(ops, [list(op.order) for op in self.ops], self.me, comms,
-                                          group.tracer.native, self._validate, python_channels, self._ucc_motif)
+                                          group.tracer.native, self._validate, ucc_channels)
 
     def _validate(self, op_index: int, elements: int) -> bool:
         """OpPlan.validate for a size not seen before (the C++ side remembers the answer)."""
         return valid(self.ops[op_index], elements)
-
-    def _ucc_motif(self, op_index: int, motif_index: int, buffer, output) -> None:
-        """A motif of a UCC channel, called by its C++ worker (with the GIL for the call)."""
-        op = self.ops[op_index]
-        self.run_motif(op, op.motifs[motif_index], buffer, output)
 
     def start(self) -> None:
         self.native.start()

@@ -11,6 +11,7 @@
 #include "op_buffer.hpp"
 #include "op_trace.hpp"
 #include "plan_runtime.hpp"
+#include "ucc_motifs.hpp"
 
 namespace py = pybind11;
 
@@ -55,13 +56,28 @@ std::vector<p2::OpSpec> op_specs(const py::list& ops) {
   return specs;
 }
 
-std::map<std::pair<int64_t, std::vector<int64_t>>, c10::intrusive_ptr<c10d::Backend>> channel_backends(
-    const py::dict& comms) {
-  std::map<std::pair<int64_t, std::vector<int64_t>>, c10::intrusive_ptr<c10d::Backend>> out;
+// The v-collectives a UCC backend hands over (enforcer._ucc's UccBackend.v_collectives(): a capsule); valid while
+// the backend is alive.
+p2::VCollectives* v_collectives_of(py::handle backend, const std::string& what) {
+  py::object capsule = py::hasattr(backend, "v_collectives") ? backend.attr("v_collectives")() : py::none();
+  if (!PyCapsule_IsValid(capsule.ptr(), p2::kVCollectivesCapsule))
+    throw py::value_error(what + " (" + py::str(py::type::of(backend)).cast<std::string>() +
+                          ") has no v-collectives: a UCC channel needs enforcer._ucc's UccBackend");
+  return static_cast<p2::VCollectives*>(PyCapsule_GetPointer(capsule.ptr(), p2::kVCollectivesCapsule));
+}
+
+// {(channel, members): backend} as the runtime's channel backends; those of `v_channels` (UCC) must hand over
+// their v-collectives (enforcer._ucc's UccBackend.v_collectives(): a capsule).
+std::map<p2::ChannelKey, p2::ChannelBackend> channel_backends(const py::dict& comms,
+                                                              const std::vector<int64_t>& v_channels) {
+  std::map<p2::ChannelKey, p2::ChannelBackend> out;
   for (const auto& [key, backend] : comms) {
     auto pair = key.cast<py::tuple>();
-    out[{pair[0].cast<int64_t>(), pair[1].cast<std::vector<int64_t>>()}] =
-        backend.cast<c10::intrusive_ptr<c10d::Backend>>();
+    int64_t channel = pair[0].cast<int64_t>();
+    p2::ChannelBackend entry{backend.cast<c10::intrusive_ptr<c10d::Backend>>()};
+    if (std::find(v_channels.begin(), v_channels.end(), channel) != v_channels.end())
+      entry.v_collectives = v_collectives_of(backend, "channel " + std::to_string(channel) + "'s backend");
+    out[{channel, pair[1].cast<std::vector<int64_t>>()}] = std::move(entry);
   }
   return out;
 }
@@ -119,17 +135,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   py::class_<p2::PlanRuntime, std::shared_ptr<p2::PlanRuntime>>(m, "PlanRuntime")
       .def(py::init([](py::list ops, std::vector<std::vector<int64_t>> orders, int64_t me, py::dict comms,
-                       std::shared_ptr<p2::OpTrace> trace, py::object validate, std::vector<int64_t> python_channels,
-                       py::object python_motif) {
-             return std::make_shared<p2::PlanRuntime>(op_specs(ops), std::move(orders), me, channel_backends(comms),
-                                                      std::move(trace), std::move(validate),
-                                                      std::move(python_channels), std::move(python_motif));
+                       std::shared_ptr<p2::OpTrace> trace, py::object validate, std::vector<int64_t> ucc_channels) {
+             return std::make_shared<p2::PlanRuntime>(op_specs(ops), std::move(orders), me,
+                                                      channel_backends(comms, ucc_channels), std::move(trace),
+                                                      std::move(validate));
            }),
            py::arg("ops"), py::arg("orders"), py::arg("me"), py::arg("comms"), py::arg("trace"), py::arg("validate"),
-           py::arg("python_channels") = std::vector<int64_t>(), py::arg("python_motif") = py::none(),
+           py::arg("ucc_channels") = std::vector<int64_t>(),
            "ops: per planned op (seq, plan kind, bytes, root, global ranks, motifs, dependencies), each motif "
            "(kind, channel, ranks, ranges, window); comms: {(channel, members): bare backend}; validate(op, elements) "
-           "-> bool; python_channels: channels whose motifs python_motif(op, motif, buffer, output) runs (UCC)")
+           "-> bool; ucc_channels: channels whose backends are UCC (their motifs run through the backends' "
+           "v_collectives(), one collective each)")
       .def("start", &p2::PlanRuntime::start)
       .def("step", &p2::PlanRuntime::step, py::call_guard<py::gil_scoped_release>())
       .def("close", &p2::PlanRuntime::close, py::arg("abort") = false, py::call_guard<py::gil_scoped_release>());
@@ -148,7 +164,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   // ---------------------------------------------------------------------------------------------------------------
   // testing: parity bindings of the motifs (motifs.cpp) and the op buffers (op_buffer.cpp) against their Python
-  // twins enforcer/p2p.py and enforcer/buffers.py; only tests/enforcer/test_native_motifs.py calls them. The motifs
+  // twins enforcer/p2p.py and enforcer/buffers.py (and ucc_motifs.cpp against enforcer/ucc_motifs.py); only
+  // tests/enforcer/test_native_motifs.py and tests/ucc/test_ucc_native_motifs.py call them. The motifs
   // run on a bare Python dist.Backend made for exactly `members` (this rank at its position), with the GIL released.
   {
     auto testing = m.def_submodule("testing", "Parity bindings of the C++ motifs and op buffers (tests only).");
@@ -180,6 +197,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 },
                 py::arg("inputs"), py::arg("outputs"), py::arg("columns"), py::arg("window"), py::arg("members"),
                 py::arg("backend"), py::arg("rank"), released);
+    // ucc_motifs.cpp against enforcer/ucc_motifs.py: one motif on a UCC backend made for sorted(members).
+    testing.def("ucc_motif", [](const std::string& kind, const at::Tensor& buffer, std::optional<at::Tensor> output,
+                                const p2::Ranges& ranges, Span window, const Members& members, int64_t rank,
+                                py::object backend) {
+                  BackendPtr base = backend.cast<BackendPtr>();
+                  p2::VCollectives* v = v_collectives_of(backend, "the backend");
+                  py::gil_scoped_release released;
+                  p2::run_ucc_motif(motif_kind(kind), buffer, output.value_or(at::Tensor()), ranges, window, members,
+                                    rank, *base, *v);
+                },
+                py::arg("kind"), py::arg("buffer"), py::arg("output"), py::arg("ranges"), py::arg("window"),
+                py::arg("members"), py::arg("rank"), py::arg("backend"));
     testing.attr("CHAIN_SEGMENT_BYTES") = p2::kChainSegmentBytes;
 
     py::class_<p2::OpBuffer>(testing, "OpBuffer")

@@ -66,8 +66,9 @@ std::vector<at::Tensor> segments(const at::Tensor& buffer, int64_t segment_bytes
 
 }  // namespace
 
-Peers::Peers(c10::intrusive_ptr<c10d::Backend> backend, std::vector<int64_t> members, int64_t rank)
-    : backend_(std::move(backend)), members_(std::move(members)), rank_(rank) {
+Peers::Peers(c10::intrusive_ptr<c10d::Backend> backend, std::vector<int64_t> members, int64_t rank,
+             VCollectives* v_collectives)
+    : backend_(std::move(backend)), members_(std::move(members)), rank_(rank), v_collectives_(v_collectives) {
   if (!backend_) throw std::invalid_argument("Peers: no backend given");
   if (backend_->getSize() != static_cast<int>(members_.size()))
     throw std::invalid_argument("Peers: the backend has " + std::to_string(backend_->getSize()) + " ranks but " +

@@ -16,24 +16,32 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/extension.h>
 
+#include "p2/v_collectives.hpp"
+
 namespace p2 {
+
+enum class MotifKind : uint8_t { AllReduce, ReduceScatter, AllGather, Reduce, Broadcast, AllToAll };
 
 // Segment size of the pipelined chains (bytes): enforcer.p2p.CHAIN_SEGMENT_BYTES.
 constexpr int64_t kChainSegmentBytes = int64_t{1} << 20;
 
 // Point-to-point over a bare backend whose ranks are `members`' positions (enforcer.p2p.BackendPeers).
+// A backend without point-to-point (UCC) comes with its v-collectives instead (ucc_motifs.hpp).
 class Peers {
  public:
-  Peers(c10::intrusive_ptr<c10d::Backend> backend, std::vector<int64_t> members, int64_t rank);
+  Peers(c10::intrusive_ptr<c10d::Backend> backend, std::vector<int64_t> members, int64_t rank,
+        VCollectives* v_collectives = nullptr);
   c10::intrusive_ptr<c10d::Work> isend(const at::Tensor& tensor, int64_t peer, int tag) const;
   c10::intrusive_ptr<c10d::Work> irecv(const at::Tensor& tensor, int64_t peer, int tag) const;
   int64_t rank() const { return rank_; }                 // this process's global rank
   const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
+  VCollectives* v_collectives() const { return v_collectives_; }   // set for a UCC channel's backend
 
  private:
   c10::intrusive_ptr<c10d::Backend> backend_;
   std::vector<int64_t> members_;
   int64_t rank_;
+  VCollectives* v_collectives_;                         // part of backend_, which keeps it alive
 };
 
 // enforcer.p2p.reduce_scatter: ring; on return parts[i] of member i holds the sum.

@@ -85,19 +85,17 @@ std::vector<at::Tensor> parts_of(const at::Tensor& buffer, const std::vector<std
 }  // namespace
 
 PlanRuntime::PlanRuntime(std::vector<OpSpec> ops, std::vector<std::vector<int64_t>> orders, int64_t me,
-                         std::map<std::pair<int64_t, std::vector<int64_t>>, c10::intrusive_ptr<c10d::Backend>> comms,
-                         std::shared_ptr<OpTrace> trace, py::object validate, std::vector<int64_t> python_channels,
-                         py::object python_motif)
+                         std::map<ChannelKey, ChannelBackend> comms, std::shared_ptr<OpTrace> trace,
+                         py::object validate)
     : ops_(std::move(ops)), schedule_(dispatch::Schedule::of(std::move(orders))), me_(me), trace_(std::move(trace)),
-      validate_(std::move(validate)), python_channels_(std::move(python_channels)),
-      python_motif_(std::move(python_motif)), warned_missing_(ops_.size(), false) {
+      validate_(std::move(validate)), warned_missing_(ops_.size(), false) {
   for (size_t i = 0; i < ops_.size(); ++i) {
     index_[{ops_[i].seq, ops_[i].kind}] = static_cast<int>(i);
     last_seq_ = std::max(last_seq_, ops_[i].seq);
   }
   int64_t global_rank = ops_.empty() ? 0 : ops_[0].group.at(static_cast<size_t>(me_));
-  for (auto& [key, backend] : comms) {
-    peers_[key] = std::make_unique<Peers>(backend, key.second, global_rank);
+  for (auto& [key, channel] : comms) {
+    peers_[key] = std::make_unique<Peers>(channel.backend, key.second, global_rank, channel.v_collectives);
     queues_[key.first];
   }
   for (const auto& op : ops_)
@@ -112,10 +110,8 @@ PlanRuntime::~PlanRuntime() {
   if (Py_IsInitialized()) {
     py::gil_scoped_acquire gil;
     validate_ = py::object();
-    python_motif_ = py::object();
   } else {
     validate_.release();
-    python_motif_.release();
   }
 }
 
@@ -346,13 +342,7 @@ void PlanRuntime::work_loop(int64_t channel) {
     const MotifSpec& motif = s.op->motifs[static_cast<size_t>(handed.motif)];
     try {                     // whatever fails here reaches the op's waiter: a worker never dies
       double start = trace_->now();
-      if (std::find(python_channels_.begin(), python_channels_.end(), channel) != python_channels_.end()) {
-        py::gil_scoped_acquire gil;
-        python_motif_(s.op_index, handed.motif, s.io->buffer,
-                      s.io->output.defined() ? py::cast(s.io->output) : py::none());
-      } else {
-        run_motif(s, motif);
-      }
+      run_motif(s, motif);
       auto waited = s.waits.find(handed.motif);
       trace_->add_motif(MotifEntry{s.iteration, s.seq,
                                    schedule_.orders[static_cast<size_t>(s.op_index)][static_cast<size_t>(handed.motif)],
@@ -408,6 +398,11 @@ void PlanRuntime::run_motif(Submitted& submitted, const MotifSpec& motif) {
   auto found = peers_.find({motif.channel, sorted});
   TORCH_CHECK(found != peers_.end(), "p2enforcer: no channel ", motif.channel, " backend for its motif's ranks");
   const Peers& peers = *found->second;
+  if (VCollectives* v = peers.v_collectives()) {          // a UCC channel: one collective per motif
+    run_ucc_motif(motif.kind, buffer, submitted.io->output, motif.ranges, motif.window, members, peers.rank(),
+                  *peers.backend(), *v);
+    return;
+  }
   switch (motif.kind) {
     case MotifKind::AllToAll:
       all_to_all(buffer, submitted.io->output, motif.ranges[0], motif.window, members, peers);

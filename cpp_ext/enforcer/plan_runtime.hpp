@@ -6,10 +6,10 @@
 //
 // Python builds it (enforcer/native_runtime.py): the plan's ops as plain values and
 // the channel backends, made collectively by the Python PlanRuntime it derives from.
-// The calls back into Python are the plan check of an op size not seen before
-// (OpPlan.validate, once per op and size) and the motifs of channels whose backend
-// is UCC (enforcer/ucc_motifs.py: UCC has no send/recv, each motif is one UCC
-// collective, issued through its Python bindings with the GIL for the call).
+// The one call back into Python is the plan check of an op size not seen before
+// (OpPlan.validate, once per op and size). Motifs of a channel whose backend is
+// UCC, which has no send/recv, run as one UCC collective each (ucc_motifs.hpp)
+// through the backend's p2::VCollectives, also without Python.
 #pragma once
 
 #include <atomic>
@@ -29,10 +29,9 @@
 #include "motifs.hpp"
 #include "op_buffer.hpp"
 #include "op_trace.hpp"
+#include "ucc_motifs.hpp"
 
 namespace p2 {
-
-enum class MotifKind : uint8_t { AllReduce, ReduceScatter, AllGather, Reduce, Broadcast, AllToAll };
 
 struct MotifSpec {
   MotifKind kind;
@@ -52,12 +51,18 @@ struct OpSpec {
   std::vector<std::vector<int>> dependencies;          // per motif: the motifs to finish first
 };
 
+using ChannelKey = std::pair<int64_t, std::vector<int64_t>>;     // (channel, its members' global ranks, sorted)
+
+// A channel's bare backend for some members; a UCC one comes with its v-collectives (no send/recv).
+struct ChannelBackend {
+  c10::intrusive_ptr<c10d::Backend> backend;
+  VCollectives* v_collectives = nullptr;                        // part of `backend`
+};
+
 class PlanRuntime : public std::enable_shared_from_this<PlanRuntime> {
  public:
   PlanRuntime(std::vector<OpSpec> ops, std::vector<std::vector<int64_t>> orders, int64_t me,
-              std::map<std::pair<int64_t, std::vector<int64_t>>, c10::intrusive_ptr<c10d::Backend>> comms,
-              std::shared_ptr<OpTrace> trace, pybind11::object validate, std::vector<int64_t> python_channels,
-              pybind11::object python_motif);
+              std::map<ChannelKey, ChannelBackend> comms, std::shared_ptr<OpTrace> trace, pybind11::object validate);
   ~PlanRuntime();
 
   void start();
@@ -91,11 +96,9 @@ class PlanRuntime : public std::enable_shared_from_this<PlanRuntime> {
   std::vector<OpSpec> ops_;
   dispatch::Schedule schedule_;
   int64_t me_;                                        // this rank's group position
-  std::map<std::pair<int64_t, std::vector<int64_t>>, std::unique_ptr<Peers>> peers_;
+  std::map<ChannelKey, std::unique_ptr<Peers>> peers_;
   std::shared_ptr<OpTrace> trace_;
   pybind11::object validate_;
-  std::vector<int64_t> python_channels_;             // channels whose motifs run in Python: python_motif_(op, motif, buffer, output)
-  pybind11::object python_motif_;
   std::map<std::pair<int64_t, std::string>, int> index_;
   int64_t last_seq_ = -1;
   std::map<std::pair<int, int64_t>, bool> validated_;

@@ -181,6 +181,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("alltoallv", &UccBackend::alltoallv, py::arg("input"), py::arg("output"), py::arg("send_counts"),
            py::arg("send_displacements"), py::arg("recv_counts"), py::arg("recv_displacements"),
            py::call_guard<py::gil_scoped_release>())
+      .def("v_collectives",
+           [](UccBackend& backend) {
+             return py::capsule(static_cast<p2::VCollectives*>(&backend), p2::kVCollectivesCapsule);
+           },
+           "this backend's v-collectives for enforcer._native's plan runtime (a capsule; valid while the backend is)")
       .def_property_readonly("broken", &UccBackend::broken, "'' while usable, else the first failure")
       .def_property_readonly("collectives", &UccBackend::collectives, "collectives handed to UCC so far");
 }

@@ -14,7 +14,8 @@
 // _allgather_base, reduce_scatter, _reduce_scatter_base, alltoall_base (equal
 // or split sizes), alltoall, barrier, monitoredBarrier (a barrier with the
 // timeout), gather, scatter; and, beyond c10d, the v-variants the enforcer's
-// plan motifs need (allgatherv_in_place, reduce_scatterv, alltoallv).
+// plan motifs need (allgatherv_in_place, reduce_scatterv, alltoallv: p2::VCollectives,
+// which the enforcer's C++ plan runtime calls directly).
 // send/recv: UCC has no point-to-point API; they raise one line.
 #pragma once
 
@@ -27,6 +28,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "p2/v_collectives.hpp"
 #include "progress_engine.hpp"
 #include "store_oob.hpp"
 #include "ucc_context.hpp"
@@ -35,7 +37,7 @@
 
 namespace p2ucc {
 
-class UccBackend : public c10d::Backend {
+class UccBackend : public c10d::Backend, public p2::VCollectives {
  public:
   UccBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, std::chrono::milliseconds timeout,
              ContextOptions options);
@@ -83,14 +85,15 @@ class UccBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
-  // The v-variants (counts and displacements in elements, one per member).
+  // The v-variants (p2::VCollectives: counts and displacements in elements, one per member).
   c10::intrusive_ptr<c10d::Work> allgatherv_in_place(const at::Tensor& buffer, std::vector<uint64_t> counts,
-                                                     std::vector<uint64_t> displacements);
+                                                     std::vector<uint64_t> displacements) override;
   c10::intrusive_ptr<c10d::Work> reduce_scatterv(const at::Tensor& input, const at::Tensor& output,
-                                                 std::vector<uint64_t> counts, const c10d::ReduceOp& op);
+                                                 std::vector<uint64_t> counts, const c10d::ReduceOp& op) override;
   c10::intrusive_ptr<c10d::Work> alltoallv(const at::Tensor& input, const at::Tensor& output,
                                            std::vector<uint64_t> send_counts, std::vector<uint64_t> send_displacements,
-                                           std::vector<uint64_t> recv_counts, std::vector<uint64_t> recv_displacements);
+                                           std::vector<uint64_t> recv_counts,
+                                           std::vector<uint64_t> recv_displacements) override;
 
   void shutdown() override;
   void abort() override;
