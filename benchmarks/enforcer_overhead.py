@@ -14,6 +14,9 @@ isolates the enforcer's own per-op CPU cost from network and scheduling jitter.
 The planned case installs a plan that cuts a 256 B all_reduce into 8 segment
 motifs and times it against one plain gloo all_reduce of 256 B: what the plan
 runtime (submission, dispatcher, channel worker: C++ or Python) costs per op.
+Where the UCC extension is built, the same plan runs once more with its motifs
+on a UCC channel (``P2_CHANNEL_BACKENDS=gloo,ucc``, channel 1): each motif is
+then one UCC all_reduce, issued by the C++ runtime without Python.
 The Python group's bypass counter (:mod:`enforcer.bypass`) is switched off,
 because it also observes plain gloo's dispatcher path and would slow the
 baseline (the C++ backend has none: nothing bypasses it). Writes
@@ -30,6 +33,7 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from deploy.local_world import run_world
@@ -42,9 +46,10 @@ BURST = 200          # tiny ops per round
 PLANNED = ("256 B, plan of 8 motifs", 256)
 MOTIFS = 8
 PLANNED_BURST = 20   # planned ops per round (each is MOTIFS collectives on the channel: slow on 8 ranks)
+PLANNED_UCC = ("256 B, plan of 8 motifs on UCC", 256)
 
 
-def measure(sizes: dict[str, int], rounds: int) -> dict:
+def measure(sizes: dict[str, int], rounds: int, with_ucc: bool = False) -> dict:
     """On every rank: per size, the per-op seconds of each round for both groups."""
     import torch
     import torch.distributed as dist
@@ -54,7 +59,9 @@ def measure(sizes: dict[str, int], rounds: int) -> dict:
     for label, nbytes in sizes.items():
         tensor = torch.ones(max(1, nbytes // 4))
         result[label] = _alternate(tensor, rounds, BURST if nbytes < 2**20 else 1, plain)
-    result[PLANNED[0]] = _planned(rounds, plain)
+    result[PLANNED[0]] = _planned(rounds, plain, channel=0)
+    if with_ucc:
+        result[PLANNED_UCC[0]] = _planned(rounds, plain, channel=1)
     return result
 
 
@@ -78,8 +85,9 @@ def _alternate(tensor, rounds: int, burst: int, plain) -> dict[str, list[float]]
     return times
 
 
-def _planned(rounds: int, plain) -> dict[str, list[float]]:
-    """Per round, the per-op seconds of a burst of planned all_reduces, and of plain gloo's."""
+def _planned(rounds: int, plain, channel: int) -> dict[str, list[float]]:
+    """Per round, the per-op seconds of a burst of planned all_reduces (motifs on ``channel``), and of plain
+    gloo's."""
     import torch
     import torch.distributed as dist
 
@@ -88,13 +96,15 @@ def _planned(rounds: int, plain) -> dict[str, list[float]]:
     from optimizer_service.plan.motif import comm_op
     from optimizer_service.plan.op_plan import OpKey, OpPlan
     from optimizer_service.plan.plan import Plan
+    from optimizer_service.plan.motif import rewrite
     from optimizer_service.syndicate.transforms import segment
 
     size, elements = dist.get_world_size(), PLANNED[1] // 4
     # One op per iteration (seq 0): without enforcer.step() an iteration ends after the plan's last op.
+    motifs = segment(comm_op(Collective.ALL_REDUCE, range(size), elements), elements // MOTIFS)
     op = OpPlan.of(OpKey(0, "all_reduce", PLANNED[1], tuple(range(size))),
-                   segment(comm_op(Collective.ALL_REDUCE, range(size), elements), elements // MOTIFS))
-    enforcer.install_plan(Plan(version=1, world_size=size, channels={0: None}, ops=(op,)))
+                   rewrite(motifs, lambda m: replace(m, channel=channel)))
+    enforcer.install_plan(Plan(version=1, world_size=size, channels={c: None for c in range(channel + 1)}, ops=(op,)))
     times = _alternate(torch.ones(elements), rounds, PLANNED_BURST, plain)
     enforced = sum(1 for record in enforcer.trace()["ops"] if record["enforced"])
     enforcer.remove_plan()
@@ -105,8 +115,10 @@ def _planned(rounds: int, plain) -> dict[str, list[float]]:
 
 def summarize(world: int, impl: str, per_rank: list[dict]) -> list[dict]:
     rows = []
-    for label, nbytes in [*SIZES.items(), PLANNED]:
-        times = per_rank[0][label]
+    for label, nbytes in [*SIZES.items(), PLANNED, PLANNED_UCC]:
+        times = per_rank[0].get(label)
+        if times is None:
+            continue
         gloo = statistics.median(times["gloo"])
         enforced = statistics.median(times["p2enforcer"])
         paired = statistics.median(e - g for e, g in zip(times["p2enforcer"], times["gloo"]))
@@ -123,7 +135,8 @@ def plot(rows: list[dict], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = {**SIZES, PLANNED[0]: PLANNED[1]}
+    labels = {label: nbytes for label, nbytes in [*SIZES.items(), PLANNED, PLANNED_UCC]
+              if any(r["size"] == label for r in rows)}
     fig, axes = plt.subplots(1, len(labels), figsize=(5.5 * len(labels), 3.8))
     impls = sorted({r["impl"] for r in rows})
     width = 0.8 / (1 + len(impls))
@@ -163,14 +176,19 @@ def main(argv: list[str] | None = None) -> int:
     if "cpp" in args.impls and not native.available():
         print(f"enforcer_overhead: {native.why_unavailable()} (or pass --impls python)", file=sys.stderr)
         return 2
+    from enforcer import ucc
+    with_ucc = ucc.available()
+    if not with_ucc:
+        print(f"enforcer_overhead: no UCC channel row ({ucc.why_unavailable()})", flush=True)
     rows = []
     for world in args.worlds:
         for impl in args.impls:
             print(f"world of {world} ranks, {impl} backend ...", flush=True)
             # The bypass counter observes every dispatcher-level c10d op, plain
             # gloo's included; it is off here so the baseline is torch's own path.
-            per_rank = run_world(world, measure, SIZES, args.rounds, backend="p2enforcer", timeout=1200,
-                                 env={"P2_COUNT_BYPASS": "0", "P2_ENFORCER_IMPL": impl})
+            per_rank = run_world(world, measure, SIZES, args.rounds, with_ucc, backend="p2enforcer", timeout=1200,
+                                 env={"P2_COUNT_BYPASS": "0", "P2_ENFORCER_IMPL": impl,
+                                      "P2_CHANNEL_BACKENDS": "gloo,ucc" if with_ucc else ""})
             rows += summarize(world, impl, per_rank)
     args.out.mkdir(parents=True, exist_ok=True)
     document = {"benchmark": "enforcer_overhead", "rounds": args.rounds, "burst": BURST,
@@ -185,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['p2enforcer_seconds'] * 1e6:>9.1f}µs {r['added_microseconds']:>9.1f} µs "
               f"{r['added_microseconds_paired']:>9.1f} µs {r['ratio']:>7.3f}")
     print("goals (C++ backend): <= 10 µs added per tiny op (median), <= 2 % at 16 MiB; the planned row: an op "
-          f"cut into {MOTIFS} motifs (submission, dispatcher, channel worker) against one plain gloo op")
+          f"cut into {MOTIFS} motifs (submission, dispatcher, channel worker) against one plain gloo op; on UCC: "
+          "each motif one UCC all_reduce")
     return 0
 
 

@@ -149,6 +149,8 @@ def test_overhead_benchmark_measures_both_implementations(tmp_path):
     assert "goals (C++ backend)" in done.stdout
     rows = json.loads((tmp_path / "enforcer_overhead.json").read_text())["rows"]
     sizes = ["16 MiB", "256 B, plan of 8 motifs", "8 B"]
+    if __import__("enforcer.ucc").ucc.available():
+        sizes.insert(2, "256 B, plan of 8 motifs on UCC")
     assert sorted((r["impl"], r["size"]) for r in rows) == [(impl, size) for impl in ("cpp", "python") for size in sizes]
     assert all(r["gloo_seconds"] > 0 and r["p2enforcer_seconds"] > 0 for r in rows)
     assert (tmp_path / "enforcer_overhead.png").stat().st_size > 10_000
