@@ -19,6 +19,10 @@ adds them in):
   member ``i−o``'s into its block ``i−o`` for each offset ``o`` of the window
   (offset 0 is a local copy), as :func:`enforcer.p2p.all_to_all`.
 
+The C++ plan runtime runs the same forms without Python
+(``cpp_ext/enforcer/ucc_motifs.*``, through the backend's ``p2::VCollectives``);
+tests/ucc/test_ucc_native_motifs.py holds the two equal bit for bit.
+
 ``members`` are the motif's global ranks in the motif's order (block and part
 ``j`` belong to ``members[j]``; the root first); the backend was made for the
 same members *sorted* (:meth:`enforcer.runtime.PlanRuntime._build_comms`), so
