@@ -11,12 +11,6 @@ namespace p2 {
 
 namespace {
 
-std::vector<int64_t> sorted_copy(const std::vector<int64_t>& members) {
-  std::vector<int64_t> order = members;
-  std::sort(order.begin(), order.end());
-  return order;
-}
-
 int64_t index_of(const std::vector<int64_t>& ranks, int64_t rank) {
   auto it = std::find(ranks.begin(), ranks.end(), rank);
   if (it == ranks.end()) throw std::invalid_argument("rank " + std::to_string(rank) + " is not a member of the motif");
@@ -24,9 +18,9 @@ int64_t index_of(const std::vector<int64_t>& ranks, int64_t rank) {
 }
 
 // ucc_motifs.run's `[position[r] for r in order]`: the motif position of each team rank.
-std::vector<int64_t> positions_in_team_order(const std::vector<int64_t>& members) {
+std::vector<int64_t> positions_in_team_order(const std::vector<int64_t>& members, const std::vector<int64_t>& order) {
   std::vector<int64_t> positions;
-  for (int64_t rank : sorted_copy(members)) positions.push_back(index_of(members, rank));
+  for (int64_t rank : order) positions.push_back(index_of(members, rank));
   return positions;
 }
 
@@ -36,26 +30,29 @@ void ucc_all_reduce(const at::Tensor& data, c10d::Backend& backend) {
   backend.allreduce(tensors)->wait();
 }
 
-void ucc_reduce(const at::Tensor& data, const std::vector<int64_t>& members, c10d::Backend& backend) {
+// `order`: sorted(members), the backend's ranks, everywhere below.
+void ucc_reduce(const at::Tensor& data, const std::vector<int64_t>& members, const std::vector<int64_t>& order,
+                c10d::Backend& backend) {
   if (!data.numel()) return;
   c10d::ReduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::SUM;
-  opts.rootRank = index_of(sorted_copy(members), members.at(0));
+  opts.rootRank = index_of(order, members.at(0));
   std::vector<at::Tensor> tensors{data};
   backend.reduce(tensors, opts)->wait();
 }
 
-void ucc_broadcast(const at::Tensor& data, const std::vector<int64_t>& members, c10d::Backend& backend) {
+void ucc_broadcast(const at::Tensor& data, const std::vector<int64_t>& members, const std::vector<int64_t>& order,
+                   c10d::Backend& backend) {
   if (!data.numel()) return;
   c10d::BroadcastOptions opts;
-  opts.rootRank = index_of(sorted_copy(members), members.at(0));
+  opts.rootRank = index_of(order, members.at(0));
   std::vector<at::Tensor> tensors{data};
   backend.broadcast(tensors, opts)->wait();
 }
 
 void ucc_reduce_scatter(const at::Tensor& buffer, const Ranges& ranges, const std::vector<int64_t>& members,
-                        int64_t me, VCollectives& backend) {
-  std::vector<int64_t> positions = positions_in_team_order(members);
+                        const std::vector<int64_t>& order, int64_t me, VCollectives& backend) {
+  std::vector<int64_t> positions = positions_in_team_order(members, order);
   std::vector<at::Tensor> parts;
   std::vector<uint64_t> counts;
   for (int64_t p : positions) {
@@ -71,16 +68,16 @@ void ucc_reduce_scatter(const at::Tensor& buffer, const Ranges& ranges, const st
                                ranges[static_cast<size_t>(positions[t + 1])].first;
   int64_t start = ranges[static_cast<size_t>(positions[0])].first;
   at::Tensor source = adjacent ? buffer.narrow(0, start, static_cast<int64_t>(total)) : at::cat(parts);
-  size_t mine = static_cast<size_t>(index_of(sorted_copy(members), me));
+  size_t mine = static_cast<size_t>(index_of(order, me));
   at::Tensor result = at::empty({static_cast<int64_t>(counts[mine])}, buffer.options());
   backend.reduce_scatterv(source, result, counts, c10d::ReduceOp::SUM)->wait();
   parts[mine].copy_(result);
 }
 
 void ucc_all_gather(const at::Tensor& buffer, const Ranges& ranges, const std::vector<int64_t>& members,
-                    VCollectives& backend) {
+                    const std::vector<int64_t>& order, VCollectives& backend) {
   std::vector<std::pair<int64_t, int64_t>> spans;
-  for (int64_t p : positions_in_team_order(members)) spans.push_back(ranges.at(static_cast<size_t>(p)));
+  for (int64_t p : positions_in_team_order(members, order)) spans.push_back(ranges.at(static_cast<size_t>(p)));
   int64_t base = -1, end = -1;
   for (auto [lo, hi] : spans)
     if (hi > lo) {
@@ -97,14 +94,13 @@ void ucc_all_gather(const at::Tensor& buffer, const Ranges& ranges, const std::v
 }
 
 void ucc_all_to_all(const at::Tensor& inputs, const at::Tensor& outputs, std::pair<int64_t, int64_t> columns,
-                    std::pair<int64_t, int64_t> window, const std::vector<int64_t>& members, int64_t me,
-                    VCollectives& backend) {
+                    std::pair<int64_t, int64_t> window, const std::vector<int64_t>& members,
+                    const std::vector<int64_t>& order, int64_t me, VCollectives& backend) {
   auto [lo, hi] = columns;
   if (hi <= lo) return;
   const int64_t n = static_cast<int64_t>(members.size());
   const int64_t width = inputs.size(1);
   const int64_t i = index_of(members, me);
-  const std::vector<int64_t> order = sorted_copy(members);
   std::vector<uint64_t> send_counts(order.size()), send_at(order.size()), recv_counts(order.size()),
       recv_at(order.size());
   bool remote = false;
@@ -132,15 +128,17 @@ void ucc_all_to_all(const at::Tensor& inputs, const at::Tensor& outputs, std::pa
 void run_ucc_motif(MotifKind kind, const at::Tensor& buffer, const at::Tensor& output, const Ranges& ranges,
                    std::pair<int64_t, int64_t> window, const std::vector<int64_t>& members, int64_t me,
                    c10d::Backend& backend, VCollectives& v) {
+  std::vector<int64_t> order = members;
+  std::sort(order.begin(), order.end());
   switch (kind) {
     case MotifKind::AllToAll:
-      ucc_all_to_all(buffer, output, ranges.at(0), window, members, me, v);
+      ucc_all_to_all(buffer, output, ranges.at(0), window, members, order, me, v);
       return;
     case MotifKind::ReduceScatter:
-      ucc_reduce_scatter(buffer, ranges, members, me, v);
+      ucc_reduce_scatter(buffer, ranges, members, order, me, v);
       return;
     case MotifKind::AllGather:
-      ucc_all_gather(buffer, ranges, members, v);
+      ucc_all_gather(buffer, ranges, members, order, v);
       return;
     default:
       break;
@@ -148,8 +146,8 @@ void run_ucc_motif(MotifKind kind, const at::Tensor& buffer, const at::Tensor& o
   auto [lo, hi] = ranges.at(0);
   at::Tensor data = buffer.narrow(0, lo, hi - lo);
   if (kind == MotifKind::AllReduce) ucc_all_reduce(data, backend);
-  else if (kind == MotifKind::Reduce) ucc_reduce(data, members, backend);
-  else ucc_broadcast(data, members, backend);
+  else if (kind == MotifKind::Reduce) ucc_reduce(data, members, order, backend);
+  else ucc_broadcast(data, members, order, backend);
 }
 
 }  // namespace p2
