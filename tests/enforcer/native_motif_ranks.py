@@ -140,6 +140,23 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
+def record_case(report: dict, where: str, twin: str, members: list[int], want: torch.Tensor, got: torch.Tensor,
+                mixed: torch.Tensor, exact: torch.Tensor | None, own: torch.Tensor | None) -> None:
+    """Count one case in ``report`` and name what differs: the C++ result (``got``) or the mixed
+    C++/Python one from the Python ``twin``'s (``want``), bit for bit, or this rank's part of the
+    Python result (``own``) from the ``exact`` one (None: unchecked)."""
+    if not same_bits(got, want):
+        report["differences"].append(f"{where}: C++ differs from {twin}")
+    if not same_bits(mixed, want):
+        report["differences"].append(f"{where}: mixed C++/Python differs from {twin}")
+    if exact is not None:
+        if not torch.equal(own, exact):
+            report["differences"].append(f"{where}: {twin}'s result is not the exact one")
+        report["exact"] += 1
+    report["checked"] += 1
+    report["mixed"] += len(members) > 1
+
+
 def bare_backend(members: list[int], name: str) -> dist.Backend:
     """A fresh gloo backend for exactly ``members`` (this rank at its position), on its own store prefix."""
     store = dist.PrefixStore(f"native-motifs/{name}/{'-'.join(map(str, members))}/",
@@ -166,18 +183,9 @@ def compare_motifs() -> dict[str, object]:
             want = run_case(index, case, False, members, python_backend)
             got = run_case(index, case, True, members, native_backend)
             mixed = run_case(index, case, mixed_native, members, mixed_backend)
-            where = f"members {members} rank {rank}: {case}"
-            if not same_bits(got, want):
-                report["differences"].append(f"{where}: C++ differs from p2p.py")
-            if not same_bits(mixed, want):
-                report["differences"].append(f"{where}: mixed C++/Python differs from p2p.py")
             exact = expected(index, case, members)
-            if exact is not None:
-                if not torch.equal(own_block(case, members, want), exact):
-                    report["differences"].append(f"{where}: p2p.py's result is not the exact one")
-                report["exact"] += 1
-            report["checked"] += 1
-            report["mixed"] += len(members) > 1
+            record_case(report, f"members {members} rank {rank}: {case}", "p2p.py", members, want, got, mixed,
+                        exact, None if exact is None else own_block(case, members, want))
         made += [python_backend, native_backend, mixed_backend]
     dist.barrier()              # nobody closes a backend while a peer still reads from it
     for backend in made:

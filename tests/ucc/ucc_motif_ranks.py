@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from enforcer import ucc, ucc_motifs
 from optimizer_service.plan import Collective, Motif
-from tests.enforcer.native_motif_ranks import data, member_sets, same_bits
+from tests.enforcer.native_motif_ranks import data, member_sets, record_case
 
 DTYPES = ("float32", "float64", "int64")
 SENTINEL = -7
@@ -143,18 +143,9 @@ def compare_motifs() -> dict[str, object]:
             want = run_case(index, case, False, members, backends[0])
             got = run_case(index, case, True, members, backends[1])
             mixed = run_case(index, case, mixed_native, members, backends[2])
-            where = f"members {members} rank {rank}: {case}"
-            if not same_bits(got, want):
-                report["differences"].append(f"{where}: C++ differs from ucc_motifs.py")
-            if not same_bits(mixed, want):
-                report["differences"].append(f"{where}: mixed C++/Python differs from ucc_motifs.py")
             exact = expected(index, case, members)
-            if exact is not None:
-                if not torch.equal(_mine(case, members, want), exact):
-                    report["differences"].append(f"{where}: ucc_motifs.py's result is not the exact one")
-                report["exact"] += 1
-            report["checked"] += 1
-            report["mixed"] += 1
+            record_case(report, f"members {members} rank {rank}: {case}", "ucc_motifs.py", members, want, got,
+                        mixed, exact, None if exact is None else _mine(case, members, want))
     dist.barrier()
     for backend in made:
         backend.shutdown()
