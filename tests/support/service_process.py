@@ -4,6 +4,7 @@ event loop, for tests that talk to the service from the outside."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import socket
@@ -26,34 +27,51 @@ def free_port() -> int:
 
 
 class ServeProcess:
-    """``p2 serve`` on ``port`` (0: a free one) with its store in ``folder`` (or ``store``)."""
+    """``p2 serve`` on ``port`` (0: a free one) with its store in ``folder`` (or ``store``).
+
+    Its log (stderr) goes to a file in ``folder`` (:attr:`log_path`, :meth:`log`), never a pipe
+    that a service logging a lot could fill and block on. ``preexec`` runs in the child before
+    it starts (e.g. to lower its file descriptor limit). ``root`` runs the service of another
+    checkout of the project (benchmarks/service_abuse.py compares two)."""
+
+    _count = itertools.count()
 
     def __init__(self, folder: Path, *extra: str, env: dict[str, str] | None = None, port: int = 0,
-                 store: str | None = None) -> None:
+                 store: str | None = None, preexec=None, root: Path = ROOT) -> None:
         self.port_file = folder / "port"
         self.port_file.unlink(missing_ok=True)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "optimizer_service.cli", "serve", "--listen", f"127.0.0.1:{port}", "--port-file",
-             str(self.port_file), "--store", store or f"sqlite:///{folder / 'service.db'}", *extra],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **(env or {})))
+        self.log_path = folder / f"serve-{next(self._count)}.log"
+        environment = dict(os.environ, **(env or {}))
+        if root != ROOT:
+            environment["PYTHONPATH"] = str(root)
+        with self.log_path.open("w") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "optimizer_service.cli", "serve", "--listen", f"127.0.0.1:{port}",
+                 "--port-file", str(self.port_file), "--store", store or f"sqlite:///{folder / 'service.db'}",
+                 *extra], cwd=root, stdout=subprocess.DEVNULL, stderr=log, text=True,
+                env=environment, preexec_fn=preexec)
         deadline = time.monotonic() + 30
         while not self.port_file.exists() or not self.port_file.read_text().strip():
-            assert self.process.poll() is None, self.process.communicate()[1]
+            assert self.process.poll() is None, self.log()
             assert time.monotonic() < deadline, "p2 serve did not start"
             time.sleep(0.05)
         self.port = int(self.port_file.read_text())
         self.address = f"127.0.0.1:{self.port}"
 
+    def log(self) -> str:
+        """What the service logged so far."""
+        return self.log_path.read_text(errors="replace")
+
     def stop(self) -> tuple[int, str]:
         """SIGTERM; the exit code and what it logged."""
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-        _, err = self.process.communicate(timeout=30)
-        return self.process.returncode, err
+        self.process.wait(timeout=30)
+        return self.process.returncode, self.log()
 
     def wait_dead(self, timeout: float = 30) -> tuple[int, str]:
-        _, err = self.process.communicate(timeout=timeout)
-        return self.process.returncode, err
+        self.process.wait(timeout=timeout)
+        return self.process.returncode, self.log()
 
 
 class Ranks:
