@@ -60,6 +60,8 @@ from typing import Any
 import yaml
 
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.hardware import bounded_yaml
+from optimizer_service.hardware.bounded_yaml import PREVIEW_CHARS, preview
 from optimizer_service.units import (
     format_rate,
     format_seconds,
@@ -70,7 +72,16 @@ from optimizer_service.units import (
 #: Name of the level the synthesis hierarchy adds above all others (P² App. B).
 ROOT_LEVEL = "root"
 
-_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}\Z")
+#: Bounds on a topology's size, far above any real system's (a hierarchy has a
+#: handful of levels, a system a few kinds of link): they keep a topology from
+#: outside (a form, a rank's Register) small once it is a value and written back.
+MAX_LEVELS = 16
+MAX_LINKS = 256
+MAX_DESCRIPTION = 1_024
+MAX_NAME = 256
+#: Characters of a bandwidth or latency text (``"270GB/s"``, ``"2us"``).
+MAX_QUANTITY_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -217,45 +228,64 @@ class Topology:
 
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "topology") -> Topology:
+        """A topology from plain values (what YAML gives); every field's type is
+        checked here, and messages quote at most a short preview of a value."""
         if not isinstance(data, dict):
             raise InvalidInputError(f"{source}: expected a mapping with 'name', 'levels' and 'links'")
         _check_keys(data, {"name", "description", "levels", "links"}, {"levels", "links"}, source)
         name = data.get("name", source)
-        if not isinstance(name, str) or not name:
-            raise InvalidInputError(f"{source}: 'name' must be a non-empty string")
+        if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+            raise InvalidInputError(f"{source}: 'name' must be a non-empty string of at most {MAX_NAME} characters")
         levels_raw = data["levels"]
         if not isinstance(levels_raw, list) or not levels_raw:
             raise InvalidInputError(f"{source}: 'levels' must be a non-empty list")
+        if len(levels_raw) > MAX_LEVELS:
+            raise InvalidInputError(f"{source}: 'levels' has {len(levels_raw)} levels; at most {MAX_LEVELS}")
         links_raw = data["links"]
         if not isinstance(links_raw, list):
             raise InvalidInputError(f"{source}: 'links' must be a list")
-        levels = tuple(_level_from(item, i, source) for i, item in enumerate(levels_raw))
-        links = tuple(_link_from(item, i, source) for i, item in enumerate(links_raw))
+        if len(links_raw) > MAX_LINKS:
+            raise InvalidInputError(f"{source}: 'links' has {len(links_raw)} links; at most {MAX_LINKS}")
         description = data.get("description", "")
         if not isinstance(description, str):
             raise InvalidInputError(f"{source}: 'description' must be a string")
+        if len(description) > MAX_DESCRIPTION:
+            raise InvalidInputError(f"{source}: 'description' has {len(description)} characters; at most "
+                                    f"{MAX_DESCRIPTION}")
+        levels = tuple(_level_from(item, i, source) for i, item in enumerate(levels_raw))
+        links = tuple(_link_from(item, i, source) for i, item in enumerate(links_raw))
         return cls(name=name, levels=levels, links=links, description=description)
 
     @classmethod
     def from_yaml(cls, text: str, *, source: str = "topology") -> Topology:
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            problem = getattr(exc, "problem", None) or "cannot be parsed"
-            raise InvalidInputError(f"{source}: malformed YAML{where}: {problem}") from None
-        return cls.from_dict(data, source=source)
+        """A topology from YAML text, read by :func:`bounded_yaml.load`: a
+        document too big, too deep or whose aliases expand too far is refused
+        before it is built (topologies come from forms and ranks)."""
+        return cls.from_dict(bounded_yaml.load(text, source=source), source=source)
 
 
 def _check_keys(data: dict, allowed: set[str], required: set[str], where: str) -> None:
-    unknown = sorted(set(map(str, data)) - allowed)
+    unknown = [key for key in data if key not in allowed]
     if unknown:
         raise InvalidInputError(
-            f"{where}: unknown field {unknown[0]!r} (expected {', '.join(sorted(allowed))})")
+            f"{where}: unknown field {preview(unknown[0])} (expected {', '.join(sorted(allowed))})")
     missing = sorted(required - set(data))
     if missing:
         raise InvalidInputError(f"{where}: missing field {missing[0]!r}")
+
+
+def _name(item: dict, where: str) -> str:
+    """A level's or link's name: a string as written (never ``str()`` of a list or mapping)."""
+    name = item["name"]
+    if not isinstance(name, str):
+        raise InvalidInputError(f"{where}: name {preview(name)} must be a string (a letter, then letters, digits, "
+                                "'_' or '-')")
+    return name
+
+
+def _bare(name: str) -> str:
+    """A name as it is when short, else its preview (names are checked later, in :func:`_validate`)."""
+    return name if len(name) <= PREVIEW_CHARS and name.isprintable() else preview(name)
 
 
 def _level_from(item: Any, index: int, source: str) -> Level:
@@ -263,10 +293,21 @@ def _level_from(item: Any, index: int, source: str) -> Level:
     if not isinstance(item, dict):
         raise InvalidInputError(f"{where} must be a mapping with 'name' and 'cardinality'")
     _check_keys(item, {"name", "cardinality"}, {"name", "cardinality"}, where)
+    name = _name(item, where)
     cardinality = item["cardinality"]
     if isinstance(cardinality, bool) or not isinstance(cardinality, int):
-        raise InvalidInputError(f"{where}: cardinality {cardinality!r} must be a whole number")
-    return Level(name=str(item["name"]), cardinality=cardinality)
+        raise InvalidInputError(f"{where}: cardinality {preview(cardinality)} must be a whole number")
+    return Level(name=name, cardinality=cardinality)
+
+
+def _quantity(item: dict, key: str, where: str) -> str | int | float:
+    """A bandwidth or latency as written: a number or a short text with a unit."""
+    value = item[key]
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or (
+            isinstance(value, str) and len(value) > MAX_QUANTITY_CHARS):
+        raise InvalidInputError(f"{where}: {key} {preview(value)} must be a number or a short text with a unit "
+                                "(270GB/s, 2us)")
+    return value
 
 
 def _link_from(item: Any, index: int, source: str) -> Link:
@@ -276,48 +317,54 @@ def _link_from(item: Any, index: int, source: str) -> Link:
     allowed = {"name", "level", "levels", "bandwidth", "latency", "shared_by", "channel", "incast", "reduction",
                "compute_slowdown"}
     _check_keys(item, allowed, {"name", "bandwidth", "latency"}, where)
+    name = _name(item, where)
     if ("level" in item) == ("levels" in item):
         raise InvalidInputError(f"{where}: give exactly one of 'level' (a name) or 'levels' (a list)")
     levels = item.get("levels", [item.get("level")])
     if isinstance(levels, str) or not isinstance(levels, list) or not levels:
         raise InvalidInputError(f"{where}: 'levels' must be a non-empty list of level names")
+    if len(levels) > MAX_LEVELS or not all(isinstance(level, str) for level in levels):
+        raise InvalidInputError(f"{where}: 'levels' {preview(levels)} must be a list of at most {MAX_LEVELS} "
+                                "level names")
     shared_by = item.get("shared_by", 1)
     if isinstance(shared_by, bool) or not isinstance(shared_by, int):
-        raise InvalidInputError(f"{where}: shared_by {shared_by!r} must be a whole number")
+        raise InvalidInputError(f"{where}: shared_by {preview(shared_by)} must be a whole number")
     channel = item.get("channel", 0)
     if isinstance(channel, bool) or not isinstance(channel, int):
-        raise InvalidInputError(f"{where}: channel {channel!r} must be a whole number")
+        raise InvalidInputError(f"{where}: channel {preview(channel)} must be a whole number")
     incast = item.get("incast", 0.0)
     if isinstance(incast, bool) or not isinstance(incast, (int, float)):
-        raise InvalidInputError(f"{where}: incast {incast!r} must be a number (the slowdown per incoming flow beyond shared_by)")
+        raise InvalidInputError(f"{where}: incast {preview(incast)} must be a number (the slowdown per incoming "
+                                "flow beyond shared_by)")
     compute_slowdown = item.get("compute_slowdown", 0.0)
     if isinstance(compute_slowdown, bool) or not isinstance(compute_slowdown, (int, float)):
-        raise InvalidInputError(f"{where}: compute_slowdown {compute_slowdown!r} must be a number (0.25: compute "
-                                f"takes 25 % longer while a motif on this channel runs)")
+        raise InvalidInputError(f"{where}: compute_slowdown {preview(compute_slowdown)} must be a number (0.25: "
+                                f"compute takes 25 % longer while a motif on this channel runs)")
     try:
-        bandwidth = parse_rate(item["bandwidth"])
-        latency = parse_seconds(item["latency"])
+        bandwidth = parse_rate(_quantity(item, "bandwidth", where))
+        latency = parse_seconds(_quantity(item, "latency", where))
     except InvalidInputError as exc:
-        raise InvalidInputError(f"{where} ({item['name']}): {exc}") from None
+        raise InvalidInputError(f"{where} ({_bare(name)}): {exc}") from None
     try:
-        reduction = parse_rate(item["reduction"]) if "reduction" in item else 0.0
+        reduction = parse_rate(_quantity(item, "reduction", where)) if "reduction" in item else 0.0
     except InvalidInputError:
-        raise InvalidInputError(f"{where} ({item['name']}): reduction {item['reduction']!r} must be a positive rate "
-                                f"such as 5GB/s (bytes a device combines per second), or left out") from None
-    return Link(name=str(item["name"]), levels=tuple(str(x) for x in levels), bandwidth=bandwidth,
-                latency=latency, shared_by=shared_by, channel=channel, incast=float(incast), reduction=reduction,
-                compute_slowdown=float(compute_slowdown))
+        raise InvalidInputError(f"{where} ({_bare(name)}): reduction {preview(item['reduction'])} must be a "
+                                f"positive rate such as 5GB/s (bytes a device combines per second), or left "
+                                f"out") from None
+    return Link(name=name, levels=tuple(levels), bandwidth=bandwidth, latency=latency, shared_by=shared_by,
+                channel=channel, incast=float(incast), reduction=reduction, compute_slowdown=float(compute_slowdown))
 
 
 def _validate(topology: Topology) -> None:
-    where = f"topology {topology.name!r}"
+    where = f"topology {preview(topology.name)}"
     if not topology.levels:
         raise InvalidInputError(f"{where}: needs at least one level")
     seen: set[str] = set()
     for level in topology.levels:
         if not _NAME.match(level.name):
             raise InvalidInputError(
-                f"{where}: level name {level.name!r} must start with a letter and use letters, digits, '_' or '-'")
+                f"{where}: level name {preview(level.name)} must start with a letter and use at most 64 letters, "
+                f"digits, '_' or '-'")
         if level.name == ROOT_LEVEL:
             raise InvalidInputError(f"{where}: level name {ROOT_LEVEL!r} is reserved for the synthesis root")
         if level.name in seen:
@@ -325,11 +372,13 @@ def _validate(topology: Topology) -> None:
         seen.add(level.name)
         if isinstance(level.cardinality, bool) or not isinstance(level.cardinality, int) or level.cardinality < 1:
             raise InvalidInputError(
-                f"{where}: level {level.name!r} has cardinality {level.cardinality!r}; it must be a whole number >= 1")
+                f"{where}: level {level.name!r} has cardinality {preview(level.cardinality)}; it must be a whole "
+                f"number >= 1")
     link_names: set[str] = set()
     for link in topology.links:
         if not _NAME.match(link.name):
-            raise InvalidInputError(f"{where}: link name {link.name!r} must start with a letter")
+            raise InvalidInputError(f"{where}: link name {preview(link.name)} must start with a letter and use at most "
+                                    f"64 letters, digits, '_' or '-'")
         if link.name in link_names:
             raise InvalidInputError(f"{where}: link name {link.name!r} appears twice")
         link_names.add(link.name)
@@ -338,9 +387,11 @@ def _validate(topology: Topology) -> None:
         if not link.latency >= 0 or not math.isfinite(link.latency):
             raise InvalidInputError(f"{where}: link {link.name!r} has latency {link.latency!r}; it must be >= 0")
         if isinstance(link.shared_by, bool) or not isinstance(link.shared_by, int) or link.shared_by < 1:
-            raise InvalidInputError(f"{where}: link {link.name!r} has shared_by {link.shared_by!r}; it must be >= 1")
+            raise InvalidInputError(f"{where}: link {link.name!r} has shared_by {preview(link.shared_by)}; it must "
+                                    f"be >= 1")
         if isinstance(link.channel, bool) or not isinstance(link.channel, int) or link.channel < 0:
-            raise InvalidInputError(f"{where}: link {link.name!r} has channel {link.channel!r}; it must be >= 0")
+            raise InvalidInputError(f"{where}: link {link.name!r} has channel {preview(link.channel)}; it must "
+                                    f"be >= 0")
         if not 0 <= link.incast < 1 or not math.isfinite(link.incast):
             raise InvalidInputError(f"{where}: link {link.name!r} has incast {link.incast!r}; it must be in [0, 1) "
                                     f"(the slowdown per incoming flow beyond shared_by)")
@@ -354,7 +405,7 @@ def _validate(topology: Topology) -> None:
         for level_name in link.levels:
             if level_name not in seen:
                 raise InvalidInputError(
-                    f"{where}: link {link.name!r} joins devices at unknown level {level_name!r}; "
+                    f"{where}: link {link.name!r} joins devices at unknown level {preview(level_name)}; "
                     f"levels are {', '.join(topology.level_names)}")
         if topology.device_count % link.shared_by:
             raise InvalidInputError(

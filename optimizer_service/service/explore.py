@@ -23,12 +23,14 @@ from typing import Any
 
 from optimizer_service.catalog import load_topology, preset_names
 from optimizer_service.errors import InvalidInputError, SearchBoundError
+from optimizer_service.hardware.bounded_yaml import DEFAULT_LIMITS, preview
 from optimizer_service.hardware.cost_model import Algorithm
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.p2.explain import explain_program
 from optimizer_service.p2.planner import DEFAULT_BYTES, Limits, PlacementReport, Planner, RankedProgram, speedup
 from optimizer_service.p2.semantics import DeviceState, initial_context
 from optimizer_service.p2.synthesis import DEFAULT_MAX_SIZE
+from optimizer_service.service.requests import RequestError
 from optimizer_service.service.synth_json import (
     best_to_dict,
     explanation_to_dict,
@@ -37,8 +39,8 @@ from optimizer_service.service.synth_json import (
     states_to_list,
 )
 
-#: Largest topology YAML a form may send (the presets are under 2 KiB).
-MAX_YAML_CHARS = 64 * 1024
+#: Largest topology YAML a form may send (the presets are under 3 KiB): the YAML loader's own bound.
+MAX_YAML_CHARS = DEFAULT_LIMITS.max_chars
 #: Bounds on what one explorer request may ask to see.
 MAX_PLACEMENTS_SHOWN = 32
 MAX_PROGRAMS_SHOWN = 16
@@ -71,24 +73,37 @@ def topology_choices() -> list[str]:
 def load(name_or_yaml: str) -> Topology:
     """A preset by name, or topology YAML text (P² §2). Never a file path.
 
+    The size is checked before anything looks at the text, and the YAML is read
+    by :func:`optimizer_service.hardware.bounded_yaml.load` (aliases, depth and
+    node count bounded before anything is built); every refusal is one short
+    line that quotes at most a short preview of the text.
+
     :func:`optimizer_service.service.planning.resolve_topology` does not fit
     here: it returns YAML rather than a value, takes only multi-line text for
     YAML and its errors speak of a job's ``P2_TOPOLOGY``.
     """
+    if isinstance(name_or_yaml, str) and len(name_or_yaml) > MAX_YAML_CHARS:
+        raise _refused(f"topology: {len(name_or_yaml)} characters, more than the {MAX_YAML_CHARS} allowed; give a "
+                       "preset or a shorter topology YAML")
     if not isinstance(name_or_yaml, str) or not name_or_yaml.strip():
-        raise InvalidInputError(f"topology: empty; give a preset ({', '.join(preset_names())}) or topology YAML")
+        raise _refused(f"topology: empty; give a preset ({', '.join(preset_names())}) or topology YAML")
     text = name_or_yaml.strip()
     if text in preset_names():
         return load_topology(text)
     if "\n" not in text and ":" not in text:
-        raise InvalidInputError(f"unknown topology {text!r}: give a preset ({', '.join(preset_names())}) "
-                                "or topology YAML (files are not read)")
-    if len(name_or_yaml) > MAX_YAML_CHARS:
-        raise InvalidInputError(f"topology YAML has {len(name_or_yaml)} characters, more than {MAX_YAML_CHARS}")
+        raise _refused(f"unknown topology {preview(text)}: give a preset ({', '.join(preset_names())}) "
+                       "or topology YAML (files are not read)")
     try:
         return Topology.from_yaml(name_or_yaml, source="topology YAML")
     except InvalidInputError as error:
-        raise InvalidInputError(_one_line(error)) from None
+        raise _refused(_one_line(error)) from None
+
+
+def _refused(message: str) -> RequestError:
+    """A refusal of the form's ``topology`` field (the dashboard answers its ``field``); the line names it already."""
+    error = RequestError("topology", message)
+    error.args = (message,)
+    return error
 
 
 def topology_view(topology: Topology) -> dict[str, Any]:
@@ -218,5 +233,10 @@ def _what_to_reduce(error: SearchBoundError) -> str:
     return f"{message[:match.start()]}; {_WHAT_TO_REDUCE[setting]} (or an operator raises {setting})"
 
 
+#: Longest error line :func:`load` answers (the loader's lines are shorter; this bounds any other).
+MAX_ERROR_CHARS = 400
+
+
 def _one_line(error: Exception) -> str:
-    return " ".join(str(error).split())
+    text = " ".join(str(error).split())
+    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."

@@ -21,10 +21,16 @@ MAX_MOTIFS = 5_000          # motifs a view lists (a plan may hold far more; the
 
 
 def _cost_model(topology_yaml: str):
+    """The motif cost model on the job's topology (written back by
+    :func:`~optimizer_service.service.planning.resolve_topology`, so it reads
+    within the YAML loader's bounds); None when it does not: the plan is shown unpriced."""
     from optimizer_service.hardware.topology import Topology
     from optimizer_service.syndicate.motif_cost import MotifCostModel
 
-    return MotifCostModel(Topology.from_yaml(topology_yaml, source="the job's topology"))
+    try:
+        return MotifCostModel(Topology.from_yaml(topology_yaml, source="the job's topology"))
+    except InvalidInputError:
+        return None
 
 
 def _segment(motif) -> str:

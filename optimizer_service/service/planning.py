@@ -126,21 +126,49 @@ def predicted_timeline(problem, evaluation) -> tuple[dict, ...]:
     return tuple(rows)
 
 
+#: Longest topology error line a job keeps and serves (the loader's lines are shorter; this bounds any other).
+MAX_TOPOLOGY_ERROR = 400
+
+
+def short_error(text: str, limit: int = MAX_TOPOLOGY_ERROR) -> str:
+    """``text`` on one line of at most ``limit`` characters: what a job stores and serves about its topology."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def resolve_topology(value: str) -> str:
     """A job's topology as YAML: a YAML document as given, or a preset by name.
-    (Never a file path: a rank must not make the service read its files.)"""
+    (Never a file path: a rank must not make the service read its files.)
+
+    The text comes from the ranks (``Register.topology``) or the operator
+    (``--topology``), so it is read by the bounded loader
+    (:mod:`optimizer_service.hardware.bounded_yaml`): its size is checked
+    before it is parsed and its aliases cannot expand. The YAML returned is
+    the topology written back (no aliases); it is refused here if that text is
+    longer than the loader takes (its nodes and depth stay within the loader's
+    bounds by :class:`Topology`'s own limits on levels and links), so the
+    searches and views that read it again never fail on it. Errors are one
+    short line."""
     from optimizer_service.catalog import load_topology, preset_names
+    from optimizer_service.hardware.bounded_yaml import DEFAULT_LIMITS, preview
     from optimizer_service.hardware.topology import Topology
 
+    if len(value) > DEFAULT_LIMITS.max_chars:
+        raise PlanningError(f"the job's topology has {len(value)} characters, more than the "
+                            f"{DEFAULT_LIMITS.max_chars} allowed; give P2_TOPOLOGY a preset or a smaller YAML file")
     if "\n" in value.strip():
         try:
-            return Topology.from_yaml(value, source="the job's topology").to_yaml()
+            written = Topology.from_yaml(value, source="the job's topology").to_yaml()
         except InvalidInputError as error:
-            raise PlanningError(f"the job's topology is not valid: {error}") from None
+            raise PlanningError(short_error(f"the job's topology is not valid: {error}")) from None
+        if len(written) > DEFAULT_LIMITS.max_chars:
+            raise PlanningError(f"the job's topology, written without aliases, has {len(written)} characters, more "
+                                f"than the {DEFAULT_LIMITS.max_chars} allowed; give P2_TOPOLOGY a smaller topology")
+        return written
     if value in preset_names():
         return load_topology(value).to_yaml()
-    raise PlanningError(f"unknown topology {value!r}: give P2_TOPOLOGY as a preset ({', '.join(preset_names())}) "
-                        "or a YAML file on the ranks, or --topology to p2 serve")
+    raise PlanningError(f"unknown topology {preview(value)}: give P2_TOPOLOGY as a preset "
+                        f"({', '.join(preset_names())}) or a YAML file on the ranks, or --topology to p2 serve")
 
 
 class Planner:
