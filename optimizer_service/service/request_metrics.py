@@ -1,9 +1,12 @@
 """The service's gRPC request latency and errors (``p2_service_request_seconds``,
 ``p2_service_request_errors_total``), measured by a server interceptor.
 
-Unary calls are timed from the handler's start to its answer; streams (a
-rank's ``Connect``, ``Watch``, ``GetTraces``) are not: their length is the
-job's or the client's, not the service's."""
+Calls with one answer are timed from the handler's start to its answer, with
+their status: a unary call, and a unary call refused for want of the token
+(:mod:`optimizer_service.service.auth` answers it with a request-streaming
+handler that never reads the request). Streams (a rank's ``Connect``,
+``Watch``, ``GetTraces``) are not: their length is the job's or the client's,
+not the service's."""
 
 from __future__ import annotations
 
@@ -20,10 +23,11 @@ class RequestMetricsInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming or handler.response_streaming:
+        if handler is None or handler.response_streaming:
             return handler
         method = handler_call_details.method.rsplit("/", 1)[-1]
-        inner = handler.unary_unary
+        streaming = handler.request_streaming
+        inner = handler.stream_unary if streaming else handler.unary_unary
         metrics = self.metrics
 
         async def timed(request, context):
@@ -39,8 +43,9 @@ class RequestMetricsInterceptor(grpc.aio.ServerInterceptor):
             finally:
                 metrics.on_request("grpc", method, time.perf_counter() - started, code)
 
-        return grpc.unary_unary_rpc_method_handler(timed, request_deserializer=handler.request_deserializer,
-                                                   response_serializer=handler.response_serializer)
+        make = grpc.stream_unary_rpc_method_handler if streaming else grpc.unary_unary_rpc_method_handler
+        return make(timed, request_deserializer=handler.request_deserializer,
+                    response_serializer=handler.response_serializer)
 
 
 def _code(context) -> str:
