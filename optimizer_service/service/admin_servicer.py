@@ -79,7 +79,14 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
 
     @_errors
     async def ListJobs(self, request, context):
-        return api.ListJobsResponse(jobs=[job_to_proto(job) for _, job in sorted(self.core.jobs.items())])
+        limit, after = requests.list_jobs(request)
+        jobs, cursor = self.core.jobs_page(after, limit)
+        return api.ListJobsResponse(jobs=[job_to_proto(job) for job in jobs], next_page_token=cursor)
+
+    @_errors
+    async def DeleteJob(self, request, context):
+        await self.core.delete_job(request.job_id, force=request.force)
+        return api.DeleteJobResponse(job_id=request.job_id)
 
     @_errors
     async def GetJob(self, request, context):

@@ -20,6 +20,12 @@ before) and recovers every stored job from its decision log
 (``coordinator.recover``): a plan prepared without a decision is aborted, a
 decided commit is re-sent to the ranks as they reconnect.
 
+**Registration** is all or nothing: the job document a Register leaves is
+written before anything in memory changes, so a write the store refuses (a full
+disk, Redis out of memory) leaves no session, no rank, no job and no event, and
+the rank retries later. At most ``max_jobs`` jobs (``P2_MAX_JOBS``); operators
+delete finished ones (:meth:`ServiceCore.delete_job`, ``p2 jobs delete``).
+
 **Fencing.** Every log append carries the service's epoch and the store refuses
 it once a newer service took a higher one (:class:`StoreFencedError`). A
 replaced service that is still running therefore cannot make a decision
@@ -33,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import os
 import signal
 import time
@@ -83,12 +90,16 @@ class RefusedError(InvalidInputError):
     """The request is well formed but cannot be served now (FAILED_PRECONDITION)."""
 
 
+DEFAULT_MAX_JOBS = 1_000
+
+
 class ServiceCore:
     def __init__(self, store_factory: Callable[[], PlanStore], *, timing: Timing = Timing(),
                  tick_seconds: float = 0.2, clock: Callable[[], float] = time.time,
                  crash_at: str | None = None, replan: ReplanConfig | None = None,
-                 metrics: ServiceMetrics | None = None) -> None:
+                 metrics: ServiceMetrics | None = None, max_jobs: int = DEFAULT_MAX_JOBS) -> None:
         self.crash_at = crash_at
+        self.max_jobs = max_jobs
         self.metrics = metrics or ServiceMetrics()
         self._store_factory = store_factory
         self.store: PlanStore | None = None
@@ -97,6 +108,10 @@ class ServiceCore:
         self.clock = clock
         self.events = EventBus(clock=clock)
         self.jobs: dict[str, Job] = {}
+        # New jobs whose first registration is writing them (in self.jobs once a write succeeded),
+        # and how many registrations of each are in flight.
+        self._creating: dict[str, Job] = {}
+        self._creating_refs: dict[str, int] = {}
         self.epoch = 0
         self._io_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="p2-store")
         self._ticker: asyncio.Task | None = None
@@ -147,6 +162,16 @@ class ServiceCore:
     async def _io(self, function, *args):
         return await asyncio.get_running_loop().run_in_executor(self._io_pool, function, *args)
 
+    async def _write(self, job: Job, method, *args):
+        """A store write of ``job``'s on the store's thread, skipped (NotFoundError) once
+        the job was deleted: the one thread runs writes in order, so nothing queued behind
+        a delete can bring a part of the job back."""
+        def guarded():
+            if job.deleted:
+                raise NotFoundError(f"job {job.job_id!r} was deleted")
+            return method(*args)
+        return await self._io(guarded)
+
     async def _recover(self, document: dict) -> None:
         job_id = document["job_id"]
         log_records = await self._io(self.store.read_log, job_id)
@@ -196,7 +221,7 @@ class ServiceCore:
                 kind = action.record.get("type")
                 await self._fault(f"before-{kind}-persisted")
                 try:
-                    await self._io(self.store.append_log, job.job_id, action.record, self.epoch)
+                    await self._write(job, self.store.append_log, job.job_id, action.record, self.epoch)
                 except StoreFencedError as error:
                     self._fence(error)
                     raise
@@ -258,10 +283,10 @@ class ServiceCore:
     async def _save_plan_states(self, job: Job) -> None:
         """Write the plans' observed 2PC state (for operators; off the commit's
         critical path: the tick loop calls it, so votes and acks never wait for it)."""
-        for plan in job.plans.values():
-            if plan.dirty:
+        for plan in list(job.plans.values()):
+            if plan.dirty and not job.deleted:
                 plan.dirty = False
-                await self._io(self.store.put_plan_state, job.job_id, plan.version, plan.to_dict())
+                await self._write(job, self.store.put_plan_state, job.job_id, plan.version, plan.to_dict())
 
     async def _tick_loop(self) -> None:
         flushed = self.clock()
@@ -270,6 +295,8 @@ class ServiceCore:
             for job in list(self.jobs.values()):
                 try:
                     async with job.lock:
+                        if job.deleted:
+                            continue
                         await self._step(job, Tick())
                     await self._save_plan_states(job)
                 except Exception as error:          # the store is down: try again next tick
@@ -278,22 +305,46 @@ class ServiceCore:
                 flushed = self.clock()
                 for job in list(self.jobs.values()):
                     await self._flush_telemetry(job)
-                    if self.replanner is not None:
+                    if self.replanner is not None and not job.deleted:
                         self.replanner.loop(self, job).tick()
 
     # ------------------------------------------------------------ enforcer link
     async def register(self, message: link.Register) -> RankSession:
         """A rank's stream opened with ``message``: its session (the Registered
-        answer is the first message in its outbox)."""
+        answer is the first message in its outbox).
+
+        All or nothing: the job document the registration leaves is written
+        first; when the store refuses it, the job (or its absence), its ranks,
+        topology and ``was_live``, the rank's old stream and the coordinator are
+        as they were, nothing was published or sent, and the error (UNAVAILABLE)
+        tells the rank to retry."""
         requests.register(message)
-        job = self.jobs.get(message.job_id)
-        now = self.clock()
+        while True:
+            job = self._job_for(message)
+            creating = job.job_id not in self.jobs
+            if creating:
+                self._creating_refs[job.job_id] = self._creating_refs.get(job.job_id, 0) + 1
+            try:
+                async with job.lock:
+                    if not job.deleted:         # else: deleted while this waited; register with a new job
+                        return await self._register_locked(job, message)
+            finally:
+                if creating:
+                    self._release_creating(job)
+
+    def _job_for(self, message: link.Register) -> Job:
+        """The job ``message`` registers with: known, being created, or new (within ``max_jobs``)."""
+        job = self.jobs.get(message.job_id) or self._creating.get(message.job_id)
         if job is None:
-            job = Job(message.job_id, message.world_size, message.switch_every, now,
+            held = len(self.jobs) + len(self._creating)
+            if held >= self.max_jobs:
+                raise RefusedError(f"register.job_id: the service already holds {held} jobs, its limit "
+                                   f"(P2_MAX_JOBS={self.max_jobs}); delete finished ones with 'p2 jobs delete JOB' "
+                                   "or raise P2_MAX_JOBS")
+            job = Job(message.job_id, message.world_size, message.switch_every, self.clock(),
                       control.Coordinator.new(message.job_id, message.world_size, self.epoch, message.switch_every,
                                               self.timing))
-            self.jobs[message.job_id] = job
-            self.metrics.on_plan_version(job.job_id, 0)
+            self._creating[job.job_id] = job
         elif job.world_size != message.world_size:
             raise requests.RequestError("register.world_size", f"job {job.job_id} has {job.world_size} ranks, this "
                                         f"rank says {message.world_size}; give the new run its own id with P2_JOB")
@@ -301,28 +352,49 @@ class ServiceCore:
             raise requests.RequestError("register.switch_every", f"job {job.job_id} switches every "
                                         f"{job.switch_every} iterations, this rank says {message.switch_every}; "
                                         "set P2_SWITCH_EVERY alike on every rank")
-        async with job.lock:
-            old = job.sessions.get(message.rank)
-            if old is not None:             # one stream per rank: the old one is over (PROTOCOL.md)
-                old.close()
-                await self._step(job, Left(message.rank))
-            session = RankSession(job.job_id, message.rank)
-            job.sessions[message.rank] = session
-            job.ranks[message.rank] = RankInfo(message.host, message.local_rank, message.backend,
-                                               message.torch_version, message.enforcer_version, True,
-                                               message.running_version, message.iteration, now)
-            was_live, topology = job.was_live, job.topology
-            if message.topology and message.topology != job.topology:
-                job.topology = message.topology
-                if topology:
-                    self.events.publish(job.job_id, "topology", 0, "the ranks report a changed topology",
-                                        message.rank)
-            if job.state == LIVE:
-                job.was_live = True
+        return job
+
+    def _release_creating(self, job: Job) -> None:
+        """A registration of a job that was new ended: the last one forgets a job that no write made."""
+        left = self._creating_refs.get(job.job_id, 1) - 1
+        if left > 0:
+            self._creating_refs[job.job_id] = left
+            return
+        self._creating_refs.pop(job.job_id, None)
+        if self._creating.get(job.job_id) is job:
+            del self._creating[job.job_id]
+
+    async def _register_locked(self, job: Job, message: link.Register) -> RankSession:
+        now = self.clock()
+        old = job.sessions.get(message.rank)
+        info = RankInfo(message.host, message.local_rank, message.backend, message.torch_version,
+                        message.enforcer_version, True, message.running_version, message.iteration, now)
+        ranks = {**job.ranks, message.rank: info}
+        topology = message.topology or job.topology
+        was_live = job.was_live or sum(1 for r in ranks.values() if r.connected) == job.world_size
+        new = job.job_id not in self.jobs
+        if new or old is None or was_live != job.was_live or topology != job.topology:
+            # The one write a registration needs, before anything changes: if it fails, nothing did.
+            await self._write(job, self.store.put_job, job.job_id,
+                              job.to_document(ranks=ranks, was_live=was_live, topology=topology))
+        if new:
+            self.jobs[job.job_id] = job
+            self._creating.pop(job.job_id, None)
+            self.metrics.on_plan_version(job.job_id, 0)
+        if old is not None:             # one stream per rank: the old one is over (PROTOCOL.md)
+            old.close()
+            await self._step(job, Left(message.rank))      # Left persists nothing: it cannot fail on the store
+        session = RankSession(job.job_id, message.rank)
+        job.sessions[message.rank] = session
+        job.ranks[message.rank] = info
+        previous_topology, job.topology, job.was_live = job.topology, topology, was_live
+        try:
+            if previous_topology and topology != previous_topology:
+                self.events.publish(job.job_id, "topology", 0, "the ranks report a changed topology", message.rank)
             self.metrics.on_connected(job.job_id, job.connected)
             if self.replanner is not None:
                 loop = self.replanner.loop(self, job)
-                if topology != job.topology:
+                if topology != previous_topology:
                     loop.topology_changed()
             session.send(link.ServiceMessage(registered=link.Registered(
                 job_id=job.job_id, epoch=self.epoch, committed_version=job.coordinator.committed)))
@@ -332,14 +404,15 @@ class ServiceCore:
                 self.events.publish(job.job_id, "live", 0, f"all {job.world_size} ranks connected")
             await self._step(job, Joined(message.rank, message.running_version, tuple(message.held_versions),
                                          message.iteration))
-            if was_live != job.was_live or old is None or topology != job.topology:
-                await self._io(self.store.put_job, job.job_id, job.to_document())
+        except BaseException:
+            await self._lose(job, session, "registration failed")     # the servicer's cleanup, done here
+            raise
         return session
 
     async def on_rank_message(self, session: RankSession, message: link.RankMessage) -> None:
-        job = self.jobs[session.job_id]
-        if job.sessions.get(session.rank) is not session:
-            return          # a stream that a newer one of the same rank replaced: nothing it says counts
+        job = self.jobs.get(session.job_id)
+        if job is None or job.sessions.get(session.rank) is not session:
+            return          # a stream that a newer one of the same rank replaced, or of a deleted job
         info = job.ranks[session.rank]
         info.last_seen_unix = self.clock()
         body = message.WhichOneof("body")
@@ -388,29 +461,37 @@ class ServiceCore:
     async def disconnect(self, session: RankSession) -> None:
         job = self.jobs.get(session.job_id)
         if job is None or job.sessions.get(session.rank) is not session:
-            return          # replaced by a newer stream of the same rank
+            return          # replaced by a newer stream of the same rank, or the job was deleted
         async with job.lock:
+            if job.sessions.get(session.rank) is session:
+                await self._lose(job, session, "stream closed")
+
+    async def _lose(self, job: Job, session: RankSession, why: str) -> None:
+        """The rank's stream is over (call with the job's lock held): the coordinator and
+        the store learn it; a store that fails here is logged, the rank is gone all the same."""
+        if job.sessions.get(session.rank) is session:
             del job.sessions[session.rank]
+        if session.rank in job.ranks:
             job.ranks[session.rank].connected = False
-            self.metrics.on_connected(job.job_id, job.connected)
-            session.close()
-            job.traces.fail_rank(session.rank, "disconnected")
-            self.events.publish(job.job_id, "lost", 0, "stream closed", session.rank)
-            if job.was_live:
-                self.events.publish(job.job_id, "degraded", 0, f"rank {session.rank} lost")
-            try:
-                await self._step(job, Left(session.rank))
-                await self._io(self.store.put_job, job.job_id, job.to_document())
-            except Exception as error:
-                log.warning("job %s: recording the loss of rank %d failed: %s", job.job_id, session.rank, error)
+        self.metrics.on_connected(job.job_id, job.connected)
+        session.close()
+        job.traces.fail_rank(session.rank, "disconnected")
+        self.events.publish(job.job_id, "lost", 0, why, session.rank)
+        if job.was_live:
+            self.events.publish(job.job_id, "degraded", 0, f"rank {session.rank} lost")
+        try:
+            await self._step(job, Left(session.rank))
+            await self._write(job, self.store.put_job, job.job_id, job.to_document())
+        except Exception as error:
+            log.warning("job %s: recording the loss of rank %d failed: %s", job.job_id, session.rank, error)
 
     async def _flush_telemetry(self, job: Job) -> None:
         window = job.telemetry
-        if not window.messages:
+        if not window.messages or job.deleted:
             return
         job.telemetry = type(window)()
         try:
-            await self._io(self.store.add_telemetry, job.job_id, window.summary(self.clock()))
+            await self._write(job, self.store.add_telemetry, job.job_id, window.summary(self.clock()))
         except Exception as error:
             log.warning("job %s: storing telemetry failed: %s", job.job_id, error)
 
@@ -445,19 +526,38 @@ class ServiceCore:
             raise NotFoundError(f"no job {job_id!r}; 'p2 jobs list' shows the jobs the service knows")
         return job
 
-    async def submit_plan(self, job_id: str, plan: Plan) -> tuple[PlanState, StoredPlan]:
-        """Give ``plan`` the job's next version and start its two-phase commit."""
+    async def submit_plan(self, job_id: str, plan: Plan, *, origin: str = "",
+                          predicted_seconds: float | None = None) -> tuple[PlanState, StoredPlan]:
+        """Give ``plan`` the job's next version and start its two-phase commit.
+
+        The coordinator is asked first whether it would take a plan now; only then
+        is a version reserved, so a refused submission uses up no number and the
+        next accepted plan gets the next one. (The job's lock is held throughout:
+        nothing changes the coordinator between the question and the submission.)"""
         job = self.job(job_id)
+        if predicted_seconds is None:
+            predicted_seconds = plan.predicted_iteration_seconds
         async with job.lock:
-            version = await self._io(self.store.next_version, job_id)
-            plan = dataclasses.replace(plan, version=version)
+            self._check_submission(job, plan)
+            version = await self._write(job, self.store.next_version, job_id)
+            plan = dataclasses.replace(plan, version=version, predicted_iteration_seconds=predicted_seconds)
             state, actions = self._submission(job, plan)
             stored = StoredPlan(job_id, version, plan.to_json(), self.clock())
-            await self._io(self.store.add_plan, job_id, version, stored.plan_json, stored.submitted_unix)
-            job.plans[version] = PlanState(version, stored.submitted_unix,
-                                           predicted_seconds=plan.predicted_iteration_seconds)
+            await self._write(job, self.store.add_plan, job_id, version, stored.plan_json, stored.submitted_unix)
+            job.plans[version] = PlanState(version, stored.submitted_unix, origin=origin,
+                                           predicted_seconds=predicted_seconds, dirty=bool(origin))
             await self._adopt(job, state, actions)
             return job.plans[version], stored
+
+    def _check_submission(self, job: Job, plan: Plan) -> None:
+        """Refuse (:class:`RefusedError`, a "refused" event) what the coordinator would refuse
+        now, whatever version the plan gets: asked with the lowest version it could take."""
+        probe = dataclasses.replace(plan, version=job.coordinator.highest_version + 1)
+        _, actions = control.step(job.coordinator, Submit(probe), self.clock())
+        refused = [a for a in actions if isinstance(a, Refuse)]
+        if refused:
+            self.events.publish(job.job_id, "refused", 0, refused[0].reason)
+            raise RefusedError(refused[0].reason)
 
     def _submission(self, job: Job, plan: Plan) -> tuple[control.Coordinator, list]:
         state, actions = control.step(job.coordinator, Submit(plan), self.clock())
@@ -470,12 +570,13 @@ class ServiceCore:
     async def store_plan(self, job_id: str, plan: Plan, *, origin: str,
                          predicted_seconds: float | None = None) -> PlanState:
         """Store ``plan`` under the job's next version without committing it (the
-        replanning loop's search results and rollbacks; :meth:`submit_stored` commits)."""
+        replanning loop's search results, which the policy may or may not commit;
+        :meth:`submit_stored` commits)."""
         job = self.job(job_id)
-        version = await self._io(self.store.next_version, job_id)
+        version = await self._write(job, self.store.next_version, job_id)
         plan = dataclasses.replace(plan, version=version, predicted_iteration_seconds=predicted_seconds)
         now = self.clock()
-        await self._io(self.store.add_plan, job_id, version, plan.to_json(), now)
+        await self._write(job, self.store.add_plan, job_id, version, plan.to_json(), now)
         state = job.plans[version] = PlanState(version, now, origin=origin, predicted_seconds=predicted_seconds,
                                                dirty=True)
         return state
@@ -489,10 +590,63 @@ class ServiceCore:
             state, actions = self._submission(job, plan)
             await self._adopt(job, state, actions)
 
+    def jobs_page(self, after: str = "", limit: int = requests.DEFAULT_PAGE) -> tuple[list[Job], str]:
+        """The jobs whose id sorts after ``after``, by id, at most ``limit`` (validated by
+        :func:`requests.page`), and the cursor of the next page ("" after the last)."""
+        limit, after = requests.page(limit, after)
+        following = sorted(job_id for job_id in self.jobs if job_id > after)
+        page = [self.jobs[job_id] for job_id in following[:limit]]
+        return page, page[-1].job_id if len(following) > limit else ""
+
+    async def delete_job(self, job_id: str, force: bool = False) -> None:
+        """Forget a job: its document, plans, plan states, decision log, telemetry and
+        events leave the store in one atomic, fenced write (a service a newer one
+        replaced deletes nothing), then the service's memory. Refused while ranks are
+        connected unless ``force``, which closes their streams (ranks that still run
+        reconnect and register the job anew, from no plan)."""
+        job = self.job(job_id)
+        async with job.lock:
+            if job.deleted or self.jobs.get(job_id) is not job:
+                raise NotFoundError(f"no job {job_id!r}; 'p2 jobs list' shows the jobs the service knows")
+            connected = sorted(job.sessions)
+            if connected and not force:
+                raise RefusedError(f"job {job_id}: rank(s) {_ranks(connected)} are connected; stop the job first, "
+                                   "or delete it anyway with --force (force=true), which closes their streams")
+            if self.fenced_by is not None:
+                raise self.fenced_by
+
+            def drop() -> None:             # on the store's thread: writes queued after it see the job deleted
+                self.store.delete_job(job_id, self.epoch)
+                job.deleted = True
+            try:
+                await self._io(drop)
+            except StoreFencedError as error:
+                self._fence(error)
+                raise
+            del self.jobs[job_id]
+            for session in list(job.sessions.values()):
+                job.traces.fail_rank(session.rank, "the job was deleted")
+                session.close()
+            job.sessions.clear()
+            if self.replanner is not None:
+                loop = self.replanner.loops.pop(job_id, None)
+                if loop is not None:
+                    loop.close()
+            self.metrics.on_connected(job_id, 0)
+            closed = f"; the streams of rank(s) {_ranks(connected)} closed" if connected else ""
+            self.events.publish(job_id, "deleted", 0, f"job deleted{closed}")
+        log.info("job %s: deleted%s", job_id, closed)
+
     def store_event(self, job_id: str, document: dict) -> None:
         """Store a job event (a replanning decision with its reason) on the store's
         thread, in call order, without waiting; a failure is logged."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return              # deleted: its events went with it
+
         def write() -> None:
+            if job.deleted:
+                return
             try:
                 self.store.add_event(job_id, document)
             except Exception as error:
@@ -524,6 +678,8 @@ class ServiceCore:
         predicted = state.predicted_seconds if state is not None else None
         measured = job.live.median_seconds(20, running)
         error = measured / predicted - 1 if predicted and measured is not None else None
+        if error is not None and not math.isfinite(error):
+            error = None            # a plan predicting a vanishing time: no meaningful ratio
         return {"running_version": running, "predicted_seconds": predicted, "measured_seconds": measured,
                 "error_ratio": error}
 
@@ -555,3 +711,9 @@ class ServiceCore:
         loop = self._loop(job_id)
         loop.replan_now(reason)
         return loop.policy.to_dict()
+
+
+def _ranks(ranks: list[int]) -> str:
+    """Ranks for a message: the first few and how many more."""
+    shown = ", ".join(map(str, ranks[:8]))
+    return shown + (f" and {len(ranks) - 8} more" if len(ranks) > 8 else "")

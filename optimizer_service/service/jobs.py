@@ -134,6 +134,11 @@ class Job:
     telemetry: TelemetryWindow = field(default_factory=TelemetryWindow)
     traces: TraceRequests = field(default_factory=TraceRequests)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Set (on the store's thread, right after the store dropped the job) by
+    # ServiceCore.delete_job: a write of this job queued behind the delete is skipped,
+    # so nothing resurrects a part of a deleted job; a registration that waited on
+    # the lock starts over with a new job.
+    deleted: bool = field(default=False, compare=False)
     live: LiveView = field(init=False)
 
     def __post_init__(self) -> None:
@@ -149,8 +154,12 @@ class Job:
             return LIVE
         return DEGRADED if self.was_live else REGISTERING
 
-    def to_document(self) -> dict:
-        """What the store keeps of the job (its ranks' last known facts, not their streams)."""
+    def to_document(self, *, ranks: dict[int, RankInfo] | None = None, was_live: bool | None = None,
+                    topology: str | None = None) -> dict:
+        """What the store keeps of the job (its ranks' last known facts, not their streams);
+        the keywords give the document a registration would leave, before it changes the job."""
+        ranks = self.ranks if ranks is None else ranks
         return {"job_id": self.job_id, "world_size": self.world_size, "switch_every": self.switch_every,
-                "created_unix": self.created_unix, "was_live": self.was_live, "topology": self.topology,
-                "ranks": {str(rank): info.to_dict() for rank, info in sorted(self.ranks.items())}}
+                "created_unix": self.created_unix, "was_live": self.was_live if was_live is None else was_live,
+                "topology": self.topology if topology is None else topology,
+                "ranks": {str(rank): info.to_dict() for rank, info in sorted(ranks.items())}}

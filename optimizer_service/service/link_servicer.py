@@ -35,19 +35,21 @@ class EnforcerLinkServicer(enforcer_link_pb2_grpc.EnforcerLinkServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "register: the first message of a stream must be "
                                                                   "Register")
         try:
-            session = await self.core.register(first.register)
+            session = await self.core.register(first.register)     # all or nothing: a failure left no session
         except Exception as error:
             await _abort(context, error)
         problem: list[Exception] = []
-        reader = asyncio.get_running_loop().create_task(self._read(session, request_iterator, problem))
-        try:
+        reader: asyncio.Task | None = None
+        try:                            # from here on, however the stream ends, the rank is disconnected
+            reader = asyncio.get_running_loop().create_task(self._read(session, request_iterator, problem))
             while True:
                 message = await session.outbox.get()
                 if message is None:
                     break
                 yield message
         finally:
-            reader.cancel()
+            if reader is not None:
+                reader.cancel()
             await self.core.disconnect(session)
         if problem:
             await _abort(context, problem[0])

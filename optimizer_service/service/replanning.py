@@ -34,7 +34,7 @@ import hashlib
 import logging
 import statistics
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from optimizer_service.control import policy as rules
@@ -60,7 +60,7 @@ from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan import Plan
 from optimizer_service.service.jobs import Job
 from optimizer_service.service.live import JobIteration
-from optimizer_service.service.planning import Planner, SearchOutcome, resolve_topology
+from optimizer_service.service.planning import Planner, SearchOutcome, resolve_topology, short_error
 from optimizer_service.service.traces import TRACE_ITERATIONS
 from optimizer_service.syndicate.passthrough import summary as passthrough_summary
 
@@ -69,6 +69,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("p2.service")
 
+RESOLVE_SECONDS = 10.0      # reading a job's topology off the loop (the bounded loader needs milliseconds)
 MAX_TIMELINES = 8           # predicted timelines kept (of the newest searched versions)
 MEASURE_WINDOW = 50         # iterations of a plan its measured median is taken over
 
@@ -90,6 +91,14 @@ def cluster_key(topology_yaml: str) -> str:
     return hashlib.sha256(topology_yaml.encode()).hexdigest()[:12] if topology_yaml else "unknown"
 
 
+def _resolved(value: str) -> tuple[str, str]:
+    """``(topology YAML, "")`` or ``("", why not)`` for a job's topology text (runs in a worker thread)."""
+    try:
+        return resolve_topology(value), ""
+    except InvalidInputError as error:
+        return "", str(error)
+
+
 class JobLoop:
     """One job's replanning: its policy and the searches and commits it asked for."""
 
@@ -97,8 +106,9 @@ class JobLoop:
         self.core, self.planner, self.config, self.job = core, planner, config, job
         self.topology_yaml = ""
         self.topology_error = ""
-        self._resolve_topology()
-        self.policy = Policy.new(cluster_key(self.topology_yaml), config.policy)
+        self._topology_value: str | None = None      # the text last resolved (or being resolved)
+        self._resolving: asyncio.Task | None = None
+        self._generation = 0
         self._search: tuple[int, asyncio.Task] | None = None
         self._same_as: dict[int, int] = {}          # version -> the version whose plan it re-installs
         self._measured: dict[int, deque] = {}
@@ -106,21 +116,65 @@ class JobLoop:
         self._tasks: set[asyncio.Task] = set()
         self.last_outcome: SearchOutcome | None = None
         self.timelines: dict[int, tuple[dict, ...]] = {}     # version -> the search's predicted timeline
+        self.policy = Policy.new(cluster_key(""), config.policy)
+        self._resolve_topology(initial=True)
 
     # ------------------------------------------------------------- inputs
-    def _resolve_topology(self) -> None:
+    def _resolve_topology(self, initial: bool = False) -> None:
+        """Read the job's topology (the ranks' ``P2_TOPOLOGY``, else ``--topology``).
+
+        The text comes from a rank, so it is read in a worker thread with a
+        deadline (:data:`RESOLVE_SECONDS`) whenever an event loop runs: the
+        loop (gRPC health, every rank stream) never waits on it. Until it is
+        read, ``topology_yaml`` keeps the previous value; a search waits for it.
+        Without a running loop (a test building a loop by hand) it is read here."""
         value = self.job.topology or self.config.topology
+        if value == self._topology_value:
+            return
+        self._topology_value = value
+        self._generation += 1
+        if not value:
+            self._settle(self._generation, "", "no topology: give P2_TOPOLOGY on the ranks or --topology to p2 serve",
+                         initial)
+            return
         try:
-            self.topology_yaml = resolve_topology(value) if value else ""
-            self.topology_error = "" if value else ("no topology: give P2_TOPOLOGY on the ranks or --topology "
-                                                    "to p2 serve")
-        except InvalidInputError as error:
-            self.topology_yaml, self.topology_error = "", str(error)
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self._settle(self._generation, *_resolved(value), initial)
+            return
+        self._resolving = self._start(self._resolve_off_loop(self._generation, value, initial))
+
+    async def _resolve_off_loop(self, generation: int, value: str, initial: bool) -> None:
+        try:
+            topology_yaml, error = await asyncio.wait_for(asyncio.to_thread(_resolved, value), RESOLVE_SECONDS)
+        except TimeoutError:
+            topology_yaml, error = "", (f"the job's topology took more than {RESOLVE_SECONDS:g} s to read; give "
+                                        "P2_TOPOLOGY a preset or a smaller YAML file")
+        except Exception as failure:        # not the text's fault (a preset unreadable): said once, kept short
+            log.warning("job %s: reading its topology failed: %s", self.job.job_id, short_error(repr(failure)))
+            topology_yaml, error = "", f"the job's topology cannot be read: {type(failure).__name__}"
+        self._settle(generation, topology_yaml, error, initial)
+
+    def _settle(self, generation: int, topology_yaml: str, error: str, initial: bool) -> None:
+        """The topology of resolution ``generation`` is known (a later one wins)."""
+        if generation != self._generation:
+            return
+        self.topology_yaml, self.topology_error = topology_yaml, short_error(error) if error else ""
+        key = cluster_key(topology_yaml)
+        if initial and self.policy.last_index is None and not self.policy.measured:
+            self.policy = replace(self.policy, cluster=key)     # the job's first cluster state, not a change
+        else:
+            self._feed(ClusterChanged(key))
+
+    async def _topology_known(self) -> None:
+        """Wait for a topology being read (a search needs it); its own deadline bounds the wait."""
+        while self._resolving is not None and not self._resolving.done():
+            await asyncio.shield(self._resolving)
 
     def topology_changed(self) -> None:
-        """The ranks reported another topology: a new cluster state for the policy."""
+        """The ranks reported another topology: a new cluster state for the policy
+        once it is read (off the event loop)."""
         self._resolve_topology()
-        self._feed(ClusterChanged(cluster_key(self.topology_yaml)))
 
     def iteration(self, it: JobIteration) -> None:
         """One completed iteration of the job (the ranks' mean), in index order."""
@@ -203,8 +257,9 @@ class JobLoop:
         task = asyncio.current_task()
         self._search = (request, task)
         try:
+            await self._topology_known()
             if not self.topology_yaml:
-                raise InvalidInputError(self.topology_error)
+                raise InvalidInputError(self.topology_error or "the job's topology is not known yet")
             running = self.job.coordinator.committed_plan
             traces = await self.core.collect_traces(self.job.job_id, self.config.trace_iterations)
             outcome = await self.planner.plan(traces, self.topology_yaml, self.config.budget, self.config.seed,
@@ -252,10 +307,10 @@ class JobLoop:
             else:
                 plan = Plan.parse((await self.core.plan(self.job.job_id, to_version))[1].plan_json)
             old = self.job.plans.get(to_version)
-            state = await self.core.store_plan(self.job.job_id, plan, origin=f"rollback to v{to_version}",
-                                               predicted_seconds=old.predicted_seconds if old else None)
+            # submit_plan reserves a version only once the coordinator would take the plan
+            state, _ = await self.core.submit_plan(self.job.job_id, plan, origin=f"rollback to v{to_version}",
+                                                   predicted_seconds=old.predicted_seconds if old else None)
             self._same_as[state.version] = to_version
-            await self.core.submit_stored(self.job.job_id, state.version)
         except Exception as error:
             self._feed(CommitFailed(to_version, str(error)))
 

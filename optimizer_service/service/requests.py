@@ -16,7 +16,7 @@ MAX_WORLD_SIZE = 65_536
 MAX_SWITCH_EVERY = 1_000_000
 MAX_TEXT = 256                   # host names, versions, backend names, reasons
 MAX_TELEMETRY_OPS = 4_096        # op timings in one Telemetry message
-MAX_TOPOLOGY_CHARACTERS = 1 << 20   # a topology YAML document a rank sends with Register
+MAX_TOPOLOGY_CHARACTERS = 64 * 1024  # a topology YAML document a rank sends with Register (the YAML loader's bound)
 MAX_TELEMETRY_MOTIFS = 8_192     # motif timings in one Telemetry message
 MAX_CHANNEL = 1_024
 MAX_TRACE_CHUNK = 4 * 1024 * 1024    # trace bytes in one TraceChunk
@@ -25,6 +25,16 @@ MAX_TRACE_TIMEOUT = 600.0            # seconds GetTraces may wait for the ranks
 MAX_DECISIONS = 10_000               # decisions one ListDecisions may return
 DEFAULT_DECISIONS = 100
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024    # the largest gRPC message either way (a plan of 64 MiB and then some)
+# Telemetry's physical bounds: generous for any real run, small enough that sums of a
+# window's values can never overflow a float (1.7e308 from two ranks did: "intermediate
+# overflow in fsum").
+MAX_SECONDS = 7 * 24 * 3600.0        # any duration, wait or offset a rank reports: one week
+MAX_ITERATION = 2**53 - 1            # an iteration index: exact as a double, far from uint64's wrap
+MAX_VERSION = 2**53 - 1              # a plan version a rank names (the store's own bound)
+MAX_OP_BYTES = 1 << 50               # one comm-op's payload: a pebibyte
+MAX_HELD_VERSIONS = 1_024
+DEFAULT_PAGE = 100                   # jobs one page of a list holds when the client asks for none
+MAX_PAGE = 1_000                     # the most jobs one page may hold
 
 
 class RequestError(InvalidInputError):
@@ -54,9 +64,10 @@ def count(value: int, field: str, low: int, high: int) -> int:
     return value
 
 
-def seconds(value: float, field: str) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise RequestError(field, f"{value} is not a finite number of seconds >= 0")
+def seconds(value: float, field: str, limit: float = MAX_SECONDS) -> float:
+    """A duration a client reports: finite, >= 0 and at most ``limit`` (a week unless said)."""
+    if not math.isfinite(value) or not 0 <= value <= limit:
+        raise RequestError(field, f"{value:.6g} is not a number of seconds in 0..{limit:g}")
     return value
 
 
@@ -69,18 +80,29 @@ def register(message) -> None:
     for name in ("host", "backend", "torch_version", "enforcer_version"):
         text(getattr(message, name), f"register.{name}")
     text(message.topology, "register.topology", MAX_TOPOLOGY_CHARACTERS)
-    if len(message.held_versions) > 1024:
-        raise RequestError("register.held_versions", f"{len(message.held_versions)} versions; at most 1024")
+    count(message.running_version, "register.running_version", 0, MAX_VERSION)
+    count(message.iteration, "register.iteration", 0, MAX_ITERATION)
+    if len(message.held_versions) > MAX_HELD_VERSIONS:
+        raise RequestError("register.held_versions",
+                           f"{len(message.held_versions)} versions; at most {MAX_HELD_VERSIONS}")
+    for index, version in enumerate(message.held_versions):
+        count(version, f"register.held_versions[{index}]", 0, MAX_VERSION)
 
 
 def telemetry(message, world_size: int) -> None:
+    """A ``p2.v1.Telemetry``: every number finite and within its physical bound, so that
+    nothing downstream (the live view's means, the stored summaries, the metrics, the
+    replanning statistics) can overflow or store a non-finite value."""
     if len(message.ops) > MAX_TELEMETRY_OPS:
         raise RequestError("telemetry.ops", f"{len(message.ops)} op timings; at most {MAX_TELEMETRY_OPS} a message")
+    count(message.iteration, "telemetry.iteration", 0, MAX_ITERATION)
+    count(message.running_version, "telemetry.running_version", 0, MAX_VERSION)
     seconds(message.duration_seconds, "telemetry.duration_seconds")
     seconds(message.wait_seconds, "telemetry.wait_seconds")
     for index, op in enumerate(message.ops):
         where = f"telemetry.ops[{index}]"
         text(op.kind, f"{where}.kind", 64)
+        count(op.bytes, f"{where}.bytes", 0, MAX_OP_BYTES)
         if len(op.group) > world_size or any(r >= world_size for r in op.group):
             raise RequestError(f"{where}.group", f"names a rank outside the job's {world_size}")
         for name in ("issue_seconds", "complete_seconds", "wait_seconds"):
@@ -113,6 +135,20 @@ def get_traces(message) -> tuple[int, float]:
     if timeout > MAX_TRACE_TIMEOUT:
         raise RequestError("timeout_seconds", f"{timeout:g} s; at most {MAX_TRACE_TIMEOUT:g} s")
     return iterations, timeout
+
+
+def page(limit: int, after: str, *, limit_field: str = "limit", after_field: str = "after") -> tuple[int, str]:
+    """One page of a job list: how many (0 asks for :data:`DEFAULT_PAGE`, at most
+    :data:`MAX_PAGE`) and the cursor, the last job id of the page before ("" for the first)."""
+    count(limit, limit_field, 0, MAX_PAGE)
+    if after:
+        job_id(after, after_field)
+    return limit or DEFAULT_PAGE, after
+
+
+def list_jobs(message) -> tuple[int, str]:
+    """A ``p2.v1.ListJobsRequest``: its page size and cursor."""
+    return page(message.page_size, message.page_token, limit_field="page_size", after_field="page_token")
 
 
 def list_decisions(message) -> tuple[str, int]:

@@ -82,6 +82,16 @@ class PlanStore(abc.ABC):
     def list_jobs(self) -> list[dict]:
         """Every job's document, sorted by job id."""
 
+    @abc.abstractmethod
+    def delete_job(self, job_id: str, epoch: int | None = None) -> bool:
+        """Drop everything of the job — its document, plans, plan states, decision log,
+        telemetry and events — in one atomic write, so a crash leaves the whole job or
+        none of it; whether it had a document. Its version counter stays: a job that
+        registers again under the id never gets a version number twice.
+
+        With ``epoch`` it is fenced like :meth:`append_log`: :class:`StoreFencedError`
+        and nothing dropped once the store's epoch is above ``epoch``."""
+
     # plans: immutable, versioned per job
     @abc.abstractmethod
     def next_version(self, job_id: str) -> int:

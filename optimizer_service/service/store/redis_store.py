@@ -18,6 +18,9 @@ client value can name another key. A job's keys:
   the append), ``p2:telemetry:JOB`` and ``p2:events:JOB`` (lists trimmed to the
   last ``keep``).
 
+Deleting a job drops its field of ``p2:jobs`` and every ``...:JOB`` key in one
+Lua script; its field of ``p2:versions`` stays, so no version is ever reused.
+
 Writes that touch several keys run as one Lua script or MULTI/EXEC. Commands
 are not retried: a retried append could be applied twice.
 """
@@ -79,6 +82,20 @@ return redis.call('RPUSH', KEYS[2], ARGV[2])
 """
 
 
+# KEYS: epoch, jobs, then the job's plans, plan_submitted, plan_state, log, telemetry, events;
+# ARGV: the deleter's epoch ('' for none), job id. {0, current} when fenced, else {1, existed}.
+_DELETE_JOB = """
+if ARGV[1] ~= '' then
+  local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if current > tonumber(ARGV[1]) then return {0, current} end
+end
+local existed = redis.call('HDEL', KEYS[2], ARGV[2])
+redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+return {1, existed}
+"""
+_JOB_KEYS = ("plans", "plan_submitted", "plan_state", "log", "telemetry", "events")
+
+
 def check_prefix(prefix: object) -> str:
     if not isinstance(prefix, str) or not PREFIX_PATTERN.fullmatch(prefix):
         raise StoreInputError(f"key prefix {preview(prefix)} is invalid: use 1-64 characters of A-Z a-z 0-9 . _ : -")
@@ -94,6 +111,7 @@ class RedisPlanStore(PlanStore):
         self._prefix = check_prefix(prefix)
         self._secret = secret           # scrubbed from error messages, should a server ever echo it
         self._add_plan = client.register_script(_ADD_PLAN)
+        self._delete_job = client.register_script(_DELETE_JOB)
         self.url = url
 
     @classmethod
@@ -135,6 +153,17 @@ class RedisPlanStore(PlanStore):
         with self._guard() as client:
             found = client.hgetall(self._key("jobs"))
         return [decode_document(found[job_id], f"job {job_id}") for job_id in sorted(found)]
+
+    def delete_job(self, job_id: str, epoch: int | None = None) -> bool:
+        check_job_id(job_id)
+        if epoch is not None:
+            check_count("epoch", epoch, 1, MAX_EPOCH)
+        keys = [self._key("epoch"), self._key("jobs"), *(self._key(kind, job_id) for kind in _JOB_KEYS)]
+        with self._guard():             # one Lua script: Redis runs it atomically, all of the job or none
+            done, value = self._delete_job(keys=keys, args=["" if epoch is None else str(epoch), job_id])
+        if not done:
+            raise fenced(self.url, epoch, int(value))
+        return bool(value)
 
     def next_version(self, job_id: str) -> int:
         check_job_id(job_id)

@@ -65,6 +65,10 @@ CREATE INDEX IF NOT EXISTS events_by_job ON events (job_id, id);
 """
 
 
+#: A job's rows besides its document (``delete_job``); plan_versions stays, so versions are never reused.
+_JOB_TABLES = ("plans", "plan_states", "decision_log", "telemetry", "events")
+
+
 class SqlitePlanStore(PlanStore):
     """Build it with :meth:`open`; the constructor takes an open connection."""
 
@@ -146,6 +150,20 @@ class SqlitePlanStore(PlanStore):
         with self._guard() as db:
             rows = db.execute("SELECT job_id, document FROM jobs ORDER BY job_id").fetchall()
         return [decode_document(text, f"job {job_id}") for job_id, text in rows]
+
+    def delete_job(self, job_id: str, epoch: int | None = None) -> bool:
+        check_job_id(job_id)
+        if epoch is not None:
+            check_count("epoch", epoch, 1, MAX_EPOCH)
+        with self._transaction() as db:         # one transaction: all of the job goes, or none of it
+            if epoch is not None:
+                row = db.execute("SELECT value FROM counters WHERE name = 'epoch'").fetchone()
+                if row is not None and row[0] > epoch:
+                    raise fenced(self.url, epoch, row[0])
+            existed = db.execute("DELETE FROM jobs WHERE job_id = ?", (job_id,)).rowcount > 0
+            for table in _JOB_TABLES:
+                db.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+        return existed
 
     def next_version(self, job_id: str) -> int:
         check_job_id(job_id)

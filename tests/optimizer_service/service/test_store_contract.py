@@ -111,6 +111,51 @@ def test_job_ids_that_share_a_prefix_keep_separate_data(store):
         assert store.recent_events(job) == [{"job": job}]
 
 
+def _fill_job(store, job: str) -> None:
+    store.put_job(job, {"job": job})
+    store.add_plan(job, store.next_version(job), f"plan of {job}", 1.0)
+    store.put_plan_state(job, 1, {"state": job})
+    store.append_log(job, {"job": job})
+    store.add_telemetry(job, {"job": job})
+    store.add_event(job, {"job": job})
+
+
+def _holds(store, job: str) -> list[str]:
+    """Which of the job's parts the store still has."""
+    parts = {"document": store.get_job(job) is not None, "plans": bool(store.list_plans(job)),
+             "plan state": store.get_plan_state(job, 1) is not None, "log": bool(store.read_log(job)),
+             "telemetry": bool(store.recent_telemetry(job)), "events": bool(store.recent_events(job))}
+    return [name for name, held in parts.items() if held]
+
+
+def test_a_deleted_job_leaves_nothing_but_its_version_counter(reopen):
+    store = reopen()
+    for job in ("a", "a:log", "a:1"):           # ids that share a prefix: only the one named goes
+        _fill_job(store, job)
+    assert store.delete_job("a") is True
+    again = reopen()
+    assert _holds(again, "a") == []
+    for job in ("a:log", "a:1"):
+        assert len(_holds(again, job)) == 6, job
+    assert [document["job"] for document in again.list_jobs()] == ["a:1", "a:log"]
+    assert again.next_version("a") == 2          # a version number is never given twice, across a delete too
+    assert again.delete_job("a") is False        # nothing left: no error, says so
+    assert again.delete_job("never") is False
+
+
+def test_a_replaced_coordinator_deletes_nothing(reopen):
+    old = reopen()
+    ours = old.next_epoch()
+    _fill_job(old, "job")
+    assert old.delete_job("other", epoch=ours) is False     # its own epoch: allowed
+    taken = reopen().next_epoch()
+    with pytest.raises(StoreFencedError, match=f"epoch {taken} > this one's {ours}"):
+        old.delete_job("job", epoch=ours)
+    assert len(_holds(reopen(), "job")) == 6
+    with pytest.raises(StoreInputError, match="epoch"):
+        old.delete_job("job", epoch=0)
+
+
 # --- plans ------------------------------------------------------------------------------------------------------
 
 
@@ -268,6 +313,7 @@ ALL_CALLS = {
     "recent_telemetry": lambda store, job: store.recent_telemetry(job),
     "add_event": lambda store, job: store.add_event(job, {}),
     "recent_events": lambda store, job: store.recent_events(job),
+    "delete_job": lambda store, job: store.delete_job(job),
 }
 BAD_VALUES = {
     "plan one byte too large": lambda s: s.add_plan("job", 1, "x" * (MAX_PLAN_BYTES + 1), 1.0),
