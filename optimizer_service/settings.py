@@ -47,16 +47,36 @@ class Settings(BaseSettings):
     crash_at: str | None = Field(None, description="testing only: 'p2 serve' SIGKILLs itself at this protocol "
                                  "point (e.g. decision-persisted, commit-sent-to-one); see service/core.py")
     vote_timeout: float = Field(10.0, gt=0, description="seconds the service waits for every rank's vote")
+    max_jobs: int = Field(1_000, ge=1, le=1_000_000, description="most jobs the service holds; a Register for "
+                          "one more is refused until 'p2 jobs delete' removes one")
     http: str | None = Field(None, description="where 'p2 serve' serves the dashboard and /metrics "
                              f"(HOST:PORT; 'off' for none; default {DEFAULT_HTTP}, or a free port when that is taken)")
+    http_max_connections: int | None = Field(None, ge=1, le=65536, description="most connections the dashboard "
+                                             "holds open at once; more are refused with 503 (default: a quarter of "
+                                             "the process' file descriptor limit, 16 to 1024)")
+    http_header_timeout: float = Field(10.0, gt=0, le=3600, description="seconds a dashboard client has to send a "
+                                       "complete request head, from connecting or from the previous answer")
+    http_idle_timeout: float = Field(5.0, gt=0, le=3600, description="seconds a dashboard client may stay silent "
+                                     "while the service waits on it (the next request, more body, reading)")
     dashboard_public: bool = Field(True, description="the dashboard's pages, /api/ reads and /metrics need no "
                                    "token (P2_DASHBOARD_PUBLIC=0: they need the service's token too)")
+    dashboard_hosts: str | None = Field(None, description="more Host names the dashboard answers to, besides the "
+                                        "address it binds and the loopback names (comma-separated NAME or "
+                                        "NAME:PORT; '*' for any, e.g. behind a proxy that checks them); other "
+                                        "names are refused (421), which stops DNS rebinding")
 
     def service_token(self, token_file: Path | None = None) -> str | None:
-        """The bearer token: ``token_file`` (a flag), else P2_TOKEN_FILE, else P2_TOKEN."""
-        from optimizer_service.service.auth import read_token
+        """The bearer token: ``token_file`` (a flag), else P2_TOKEN_FILE, else P2_TOKEN; at least
+        16 characters (a one-line error says how to make one)."""
+        from optimizer_service.service.auth import check_token, read_token
         path = token_file or self.token_file
-        return read_token(path) if path is not None else self.token
+        if path is not None:
+            return read_token(path)
+        return None if self.token is None else check_token(self.token, "P2_TOKEN")
+
+    def dashboard_host_list(self) -> tuple[str, ...]:
+        """P2_DASHBOARD_HOSTS as a tuple of names (commas or spaces between them)."""
+        return tuple(part for part in (self.dashboard_hosts or "").replace(",", " ").split() if part)
 
     def limits(self) -> Limits:
         return Limits(max_devices=self.max_devices, max_placements=self.max_placements,

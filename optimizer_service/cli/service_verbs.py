@@ -1,4 +1,4 @@
-"""``p2 serve``, ``p2 jobs list|show``, ``p2 plan submit|list|show``."""
+"""``p2 serve``, ``p2 jobs list|show|trace|events|delete``, ``p2 plan submit|list|show``."""
 
 from __future__ import annotations
 
@@ -29,8 +29,10 @@ from optimizer_service.control.coordinator import Timing
 from optimizer_service.errors import InvalidInputError, JobFailedError
 from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_to_proto
+from optimizer_service.service.http_server import HttpLimits
+from optimizer_service.service.log_limits import limit_handler, limit_logger
 from optimizer_service.service.replanning import ReplanConfig
-from optimizer_service.service.requests import DEFAULT_DECISIONS, MAX_DECISIONS
+from optimizer_service.service.requests import DEFAULT_DECISIONS, MAX_DECISIONS, MAX_PAGE
 from optimizer_service.service.server import ServiceConfig
 from optimizer_service.service.server import serve as run_service
 from optimizer_service.service.store.base import StoreError
@@ -101,13 +103,23 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
                            http=None if http_address.lower() in ("off", "none", "") else http_address,
                            dashboard_public=settings.dashboard_public,
                            http_fallback=http is None and settings.http is None, http_fd=http_fd,
-                           limits=settings.limits())
+                           http_limits=HttpLimits(max_connections=settings.http_max_connections,
+                                                  header_timeout=settings.http_header_timeout,
+                                                  idle_timeout=settings.http_idle_timeout),
+                           dashboard_hosts=settings.dashboard_host_list(),
+                           limits=settings.limits(), max_jobs=settings.max_jobs)
     logging.getLogger("p2.service").setLevel(logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
     service_log = logging.getLogger("p2.service")
     service_log.addHandler(handler)
     service_log.propagate = False
+    # Clients can make the service log (asyncio's failed accepts, grpc's and uvicorn's own loggers): a
+    # flood of one cause is a few lines and a count (log_limits), on our handler, the root logger's, and
+    # uvicorn's error logger (whose handlers uvicorn installs only when the dashboard starts).
+    for limited in (handler, *logging.getLogger().handlers):
+        limit_handler(limited)
+    limit_logger(logging.getLogger("uvicorn.error"))
 
     def ready(service) -> None:
         if http_port_file is not None and service.http_port:
@@ -138,13 +150,25 @@ def _client(settings: Settings, options: dict) -> Client:
 
 
 @jobs.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="At most this many jobs, the first by id (default: every job).")
+@click.option("--page-size", type=click.IntRange(min=1, max=MAX_PAGE), default=MAX_PAGE, hidden=True,
+              help="Jobs asked for per call (tests make it small to follow several pages).")
 @service_options
 @click.option("--json", "json_out", metavar="OUT", help="Write the jobs as JSON ('-' for stdout).")
 @click.pass_obj
-def jobs_list(settings: Settings, json_out: str | None, **options) -> None:
-    """List the jobs."""
+def jobs_list(settings: Settings, limit: int | None, page_size: int, json_out: str | None, **options) -> None:
+    """List the jobs, by id (the service answers a page at a time; this follows every page)."""
     client = _client(settings, options)
-    found = [job_dict(job) for job in client.call("ListJobs", api.ListJobsRequest()).jobs]
+    found: list[dict] = []
+    cursor = ""
+    while limit is None or len(found) < limit:
+        wanted = page_size if limit is None else min(page_size, limit - len(found))
+        reply = client.call("ListJobs", api.ListJobsRequest(page_size=wanted, page_token=cursor))
+        found += [job_dict(job) for job in reply.jobs]
+        if not reply.next_page_token or reply.next_page_token <= cursor:
+            break                       # the last page (a cursor that does not advance would loop)
+        cursor = reply.next_page_token
     if json_out is not None:
         write_json({"jobs": found}, json_out)
     if json_out != "-":
@@ -163,6 +187,29 @@ def jobs_show(settings: Settings, job_id: str, json_out: str | None, **options) 
         write_json(job, json_out)
     if json_out != "-":
         click.echo(job_text(job))
+
+
+@jobs.command("delete")
+@click.argument("job_id")
+@click.option("--force", is_flag=True, help="Delete it even while ranks are connected (their streams close; ranks "
+              "that still run register the job anew).")
+@service_options
+@click.option("--json", "json_out", metavar="OUT", help="Write what was deleted as JSON ('-' for stdout).")
+@click.pass_obj
+def jobs_delete(settings: Settings, job_id: str, force: bool, json_out: str | None, **options) -> None:
+    """Delete a job and everything the service stored of it: its plans and their
+    two-phase-commit states, its decision log, telemetry and events. Refused while
+    ranks are connected, unless --force.
+
+    \b
+    Example:
+      p2 jobs delete finished-run-17
+    """
+    reply = _client(settings, options).call("DeleteJob", api.DeleteJobRequest(job_id=job_id, force=force))
+    if json_out is not None:
+        write_json({"job_id": reply.job_id, "deleted": True, "force": force}, json_out)
+    if json_out != "-":
+        click.echo(f"job {reply.job_id} deleted")
 
 
 @jobs.command("trace")

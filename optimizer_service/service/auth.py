@@ -2,7 +2,9 @@
 
 With a token configured, every RPC except the standard health check
 (Kubernetes probes send no metadata) must carry ``authorization: Bearer
-TOKEN``; others are refused with UNAUTHENTICATED and one line. TLS is
+TOKEN``; others are refused with UNAUTHENTICATED and one line, from the call's
+metadata alone: the refusal never reads the request, so a caller without the
+token cannot make the service buffer or decode a byte of its body. TLS is
 configured from PEM files; with a CA file the service also requires and
 checks client certificates (mutual TLS).
 """
@@ -24,6 +26,19 @@ class AuthSetupError(InvalidInputError):
     """A token or certificate file that cannot be used."""
 
 
+MIN_TOKEN_LENGTH = 16
+"""Shortest token accepted: a guessable token opens every job (16 hex digits are 64 bits)."""
+MAKE_TOKEN = "make one with 'openssl rand -hex 32' or python -c 'import secrets; print(secrets.token_hex(32))'"
+
+
+def check_token(token: str, where: str) -> str:
+    """``token`` if it is long enough to be a secret; else one line saying how to make one."""
+    if len(token) < MIN_TOKEN_LENGTH:
+        raise AuthSetupError(f"{where} holds a token of {len(token)} characters, fewer than the "
+                             f"{MIN_TOKEN_LENGTH} required; {MAKE_TOKEN}")
+    return token
+
+
 def read_token(path: str | Path) -> str:
     """The token in ``path`` (surrounding whitespace stripped); one line if it cannot be."""
     try:
@@ -35,7 +50,7 @@ def read_token(path: str | Path) -> str:
     if not token or any(c.isspace() for c in token):
         raise AuthSetupError(f"the token file {path} must hold one token (no spaces), got "
                              f"{'nothing' if not token else 'several words'}")
-    return token
+    return check_token(token, f"the token file {path}")
 
 
 def _read(path: str | Path, what: str) -> bytes:
@@ -90,18 +105,22 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):
 
 
 def _refusal(handler: grpc.RpcMethodHandler, reason: str) -> grpc.RpcMethodHandler:
-    async def refuse(request, context):
+    """A handler that answers UNAUTHENTICATED without reading the request.
+
+    It is request-streaming whatever the method is (one message on the wire is
+    the same either way): grpc reads a streaming request only when the handler
+    iterates it, and this one never does, so a 75 MiB body is neither buffered
+    nor decoded (a unary handler would have it read and decoded first, and a
+    decode error would answer UNKNOWN with a traceback logged)."""
+    async def refuse(request_iterator, context):
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
 
-    async def refuse_stream(request, context):
+    async def refuse_stream(request_iterator, context):
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
         yield  # pragma: no cover - an async generator that never yields
 
-    kinds = {(False, False): grpc.unary_unary_rpc_method_handler,
-             (False, True): grpc.unary_stream_rpc_method_handler,
-             (True, False): grpc.stream_unary_rpc_method_handler,
-             (True, True): grpc.stream_stream_rpc_method_handler}
-    make = kinds[(handler.request_streaming, handler.response_streaming)]
-    body = refuse_stream if handler.response_streaming else refuse
-    return make(body, request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer)
+    if handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(refuse_stream, request_deserializer=None,
+                                                     response_serializer=handler.response_serializer)
+    return grpc.stream_unary_rpc_method_handler(refuse, request_deserializer=None,
+                                                response_serializer=handler.response_serializer)

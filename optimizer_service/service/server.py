@@ -1,6 +1,6 @@
 """The gRPC server (the two servicers, health, reflection, auth, limits) and,
-on its own port, the HTTP dashboard with ``/metrics`` — one process, one
-event loop, one service core.
+on its own port, the HTTP dashboard with ``/metrics`` (served by :mod:`.http_server`)
+— one process, one event loop, one service core.
 
 :class:`Service` builds everything from a :class:`ServiceConfig` value and
 starts I/O only in :meth:`Service.start` (which returns the bound port, so
@@ -13,7 +13,6 @@ was already durable.
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import signal
 import socket
@@ -32,6 +31,10 @@ from optimizer_service.p2.planner import Limits
 from optimizer_service.service.admin_servicer import OptimizerServicer
 from optimizer_service.service.auth import TokenInterceptor, server_credentials
 from optimizer_service.service.core import ServiceCore
+from optimizer_service.service.exposure import exposure_warning, listen_host
+from optimizer_service.service.grpc_guard import RequestGuard
+from optimizer_service.service.http_server import (DashboardServer, HttpLimits, allowed_hosts, bind, dashboard_url,
+                                                   server_ssl_context)
 from optimizer_service.service.link_servicer import EnforcerLinkServicer
 from optimizer_service.service.replanning import ReplanConfig
 from optimizer_service.service.request_metrics import RequestMetricsInterceptor
@@ -40,12 +43,17 @@ from optimizer_service.service.store.url import open_store
 from p2.v1 import enforcer_link_pb2, enforcer_link_pb2_grpc, optimizer_pb2, optimizer_pb2_grpc
 
 log = logging.getLogger("p2.service")
+HANDSHAKE_TIMEOUT_MS = 10_000
 
 SERVICE_NAMES = (optimizer_pb2.DESCRIPTOR.services_by_name["Optimizer"].full_name,
                  enforcer_link_pb2.DESCRIPTOR.services_by_name["EnforcerLink"].full_name)
-#: Keepalive pings find ranks whose host died without closing its stream.
+#: Keepalive pings find ranks whose host died without closing its stream. The receive limit is the
+#: largest any method takes (each method's own is checked by the RequestGuard); a connection that has not
+#: finished its TLS handshake and HTTP/2 preface within the handshake timeout is closed (grpc's default
+#: waits 120 s, holding a descriptor per idle socket).
 OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+           ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
            ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
            ("grpc.keepalive_permit_without_calls", 1),
            ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
@@ -69,7 +77,10 @@ class ServiceConfig:
     dashboard_public: bool = True           # the dashboard's pages and /metrics readable without the token
     http_fallback: bool = False             # http is only the default: when its port is taken, take a free one
     http_fd: int | None = None              # serve the dashboard on this inherited, bound socket instead
+    http_limits: HttpLimits = HttpLimits()  # its connection cap, header and idle timeouts (P2_HTTP_*)
+    dashboard_hosts: tuple[str, ...] = ()   # Host names it answers besides its own address (P2_DASHBOARD_HOSTS)
     limits: Limits = Limits()               # the P² explorer's bounds
+    max_jobs: int = 1_000                   # most jobs the service holds (P2_MAX_JOBS)
 
 
 class Service:
@@ -78,26 +89,30 @@ class Service:
         self.metrics = ServiceMetrics()
         self.core = ServiceCore(lambda: open_store(config.store_url, default_path=config.default_store_path),
                                 timing=config.timing, tick_seconds=config.tick_seconds, crash_at=config.crash_at,
-                                replan=config.replan, metrics=self.metrics)
+                                replan=config.replan, metrics=self.metrics, max_jobs=config.max_jobs)
         self.server: grpc.aio.Server | None = None
         self.health = health.aio.HealthServicer()
         self.port = 0
         self.http_port = 0
         self.http_url = ""
         self._http_note = ""            # said once the service runs (a failed start says one line only)
-        self._http = None
-        self._http_task: asyncio.Task | None = None
+        self._dashboard: DashboardServer | None = None
         self._http_socket: socket.socket | None = None
 
     async def start(self) -> int:
         credentials = server_credentials(self.config.tls_cert, self.config.tls_key, self.config.tls_ca)
-        if self.config.http_fd is not None:       # the dashboard's socket first: a bad --http touches no store
+        # The dashboard speaks TLS with gRPC's certificate; its socket first: a bad --http touches no store.
+        self._http_tls = server_ssl_context(self.config.tls_cert, self.config.tls_key, self.config.tls_ca)
+        if self.config.http_fd is not None:
             self._http_socket = socket.socket(fileno=self.config.http_fd)
         elif self.config.http:
-            self._http_socket = self._bind_http()
+            self._http_socket, self._http_note = bind(self.config.http, self.config.http_fallback)
         await self.core.start()
+        # Outermost first: count every call; refuse one without the token from its metadata alone (before
+        # grpc reads its body); then each request message's size checked and decoded by the guard.
         interceptors = [RequestMetricsInterceptor(self.metrics)]
         interceptors += [TokenInterceptor(self.config.token)] if self.config.token else []
+        interceptors += [RequestGuard()]
         self.server = grpc.aio.server(interceptors=interceptors, options=OPTIONS)
         optimizer_pb2_grpc.add_OptimizerServicer_to_server(OptimizerServicer(self.core), self.server)
         enforcer_link_pb2_grpc.add_EnforcerLinkServicer_to_server(EnforcerLinkServicer(self.core), self.server)
@@ -128,6 +143,13 @@ class Service:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("service: listening on %s (port %d)%s%s", self.config.listen, self.port,
                  ", TLS" if credentials else "", ", token required" if self.config.token else "")
+        grpc_host = listen_host(self.config.listen)
+        listeners = {} if grpc_host is None else {"gRPC": grpc_host}
+        if self._http_socket is not None:
+            listeners["the dashboard"] = self._http_socket.getsockname()[0]
+        warning = exposure_warning(listeners, token=bool(self.config.token), tls=credentials is not None)
+        if warning:
+            log.warning("%s", warning)
         return self.port
 
     async def _abandon(self) -> None:
@@ -138,57 +160,26 @@ class Service:
         await self.core.stop()
 
     async def _start_http(self) -> None:
-        """The dashboard on ``config.http`` (or the inherited socket ``config.http_fd``), served by
-        uvicorn on this event loop (no signal handlers of its own)."""
-        import uvicorn
-
+        """The dashboard on ``config.http`` (or the inherited socket ``config.http_fd``), served on this
+        event loop with its connections capped and timed (:mod:`.http_server`)."""
         from optimizer_service.dashboard.app import DashboardConfig, create_app
 
         sock = self._http_socket
-        # Accepted sockets inherit TCP_NODELAY on Linux; without it a small answer written as head and
-        # body waits ~40 ms for the client's delayed ACK (asyncio sets it only on sockets made as IPPROTO_TCP).
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        host, self.http_port = sock.getsockname()[:2]
-        self.http_url = f"http://{'localhost' if host in ('0.0.0.0', '::') else host}:{self.http_port}/"
+        self.http_port = sock.getsockname()[1]
+        self.http_url = dashboard_url(sock, tls=self._http_tls is not None)
         app = create_app(self.core, DashboardConfig(token=self.config.token, public=self.config.dashboard_public,
-                                                    limits=self.config.limits))
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=1)
-        config.load()
-        server = uvicorn.Server(config)
-        server.lifespan = config.lifespan_class(config)
-        await server.startup(sockets=[sock])
-        self._http = server
-        self._http_task = asyncio.get_running_loop().create_task(server.main_loop())
+                                                    limits=self.config.limits, tls=self._http_tls is not None,
+                                                    allowed_hosts=allowed_hosts(sock) + self.config.dashboard_hosts))
+        self._dashboard = DashboardServer(app, sock, self.config.http_limits, self._http_tls)
+        await self._dashboard.start()
         if self._http_note:
             log.warning("%s", self._http_note)
-        log.info("service: dashboard on %s", self.http_url)
-
-    def _bind_http(self) -> socket.socket:
-        host, port = split_address(self.config.http, "--http")
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        try:
-            try:
-                sock = socket.create_server((host, port), family=family)
-            except OSError as error:
-                if not (self.config.http_fallback and error.errno == errno.EADDRINUSE):
-                    raise
-                sock = socket.create_server((host, 0), family=family)
-                self._http_note = (f"service: port {port} is in use; the dashboard takes port "
-                                   f"{sock.getsockname()[1]} (--http sets one)")
-        except OSError as error:
-            reason = (error.strerror or str(error)).split(" (while attempting")[0]
-            raise InvalidInputError(f"cannot serve the dashboard on {self.config.http}: {reason}; give another "
-                                    "address with --http HOST:PORT (port 0 picks a free one)") from None
-        return sock
+        log.info("service: dashboard on %s (at most %d connections)", self.http_url, self._dashboard.cap)
 
     async def _stop_http(self) -> None:
-        if self._http is None:
-            return
-        self._http.should_exit = True
-        if self._http_task is not None:
-            await self._http_task
-        await self._http.shutdown(sockets=[self._http_socket] if self._http_socket else None)
-        self._http = None
+        if self._dashboard is not None:
+            await self._dashboard.stop()
+            self._dashboard = None
 
     async def stop(self, grace: float = 2.0) -> None:
         await self.health.enter_graceful_shutdown()
@@ -222,12 +213,3 @@ async def serve(config: ServiceConfig, ready: Callable[[Service], None] | None =
     await service.stop()
     if service.core.fenced_by is not None:
         raise service.core.fenced_by
-
-
-def split_address(address: str, flag: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:8080`` for IPv6) as a pair; one line naming ``flag`` when it is not one."""
-    host, sep, port = address.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidInputError(f"{flag} {address!r} is not HOST:PORT (e.g. 127.0.0.1:8080; port 0 picks a free one)")
-    return host, int(port)
