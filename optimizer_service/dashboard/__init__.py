@@ -17,6 +17,17 @@ JavaScript) from the same dicts the API returns (:mod:`.views`);
 ``plan``, ``errors``, ``metrics`` (tests/test_layering.py).
 """
 
-from optimizer_service.dashboard.app import DashboardConfig, create_app
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["DashboardConfig", "create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    """``create_app`` and ``DashboardConfig`` on first use: the child processes that read large
+    plans (:mod:`.plan_reading`) import this package and need none of FastAPI."""
+    if name in __all__:
+        from optimizer_service.dashboard import app
+        return getattr(app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,7 +4,10 @@
 the service's event loop (:mod:`optimizer_service.service.server`), so every
 handler calls the core directly, as the gRPC servicers do. Errors map to
 statuses in one place (:func:`_install_errors`): a page gets an error page,
-``/api/`` a JSON ``{"error", "field"}``.
+``/api/`` (and ``/metrics``, ``/openapi.json``) a JSON ``{"error", "field"}`` —
+FastAPI's and Starlette's own errors (``{"detail"}``) included. Every request
+passes :class:`~.guard.GuardMiddleware` first (the Host allowlist, the
+security headers).
 """
 
 from __future__ import annotations
@@ -17,12 +20,17 @@ from pathlib import Path
 import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from optimizer_service.dashboard import api, pages
 from optimizer_service.dashboard.auth import Access, AuthError
+from optimizer_service.dashboard.body_limit import BodyLimitMiddleware
+from optimizer_service.dashboard.guard import GuardMiddleware
+from optimizer_service.dashboard.hosts import LOOPBACK, HostAllowlist
+from optimizer_service.dashboard.offload import DEADLINE_SECONDS, Offloader, OverloadedError
+from optimizer_service.dashboard.sessions import LoginLimiter, LoginRate, SessionStore
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.metrics import CONTENT_TYPE, Stopwatch
 from optimizer_service.service.core import ServiceCore
@@ -42,6 +50,13 @@ class DashboardConfig:
     token: str | None = None        # the service's token: mutations need it (none: the dashboard is read-only)
     public: bool = True             # reads without the token (P2_DASHBOARD_PUBLIC)
     limits: Limits = Limits()       # the P² explorer's bounds (Settings.limits())
+    #: The Host names (``NAME`` or ``NAME:PORT``; ``*``: any) the dashboard answers to; a browser's
+    #: Origin must be one of them too. ``p2 serve`` passes its bound address and the loopback names,
+    #: plus P2_DASHBOARD_HOSTS.
+    allowed_hosts: tuple[str, ...] = LOOPBACK
+    tls: bool = False               # served over TLS: the session cookie is 'Secure'
+    deadline_seconds: float = DEADLINE_SECONDS     # request work (parsing, synthesis) past this answers 503
+    login_rate: LoginRate = LoginRate()
 
 
 def charts_available() -> bool:
@@ -53,24 +68,26 @@ def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig()) -
                   description="Jobs, plans, telemetry and the P² explorer of one optimizer service. "
                   "Mutations need the service's token as 'Authorization: Bearer TOKEN'.")
     app.state.core = core
-    app.state.access = Access(config.token, config.public)
+    app.state.access = Access(config.token, config.public, HostAllowlist(config.allowed_hosts), SessionStore())
+    app.state.login_limiter = LoginLimiter(config.login_rate)
+    app.state.offloader = Offloader(deadline=config.deadline_seconds)
+    app.state.tls = config.tls
     app.state.limits = config.limits
     app.state.charts = charts_available()
     app.state.explore_lock = asyncio.Lock()
     app.include_router(api.router)
     app.include_router(pages.router)
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+    app.add_middleware(BodyLimitMiddleware)     # inside `measure` below: refused bodies are counted too
 
     @app.get("/docs", include_in_schema=False)
     async def docs() -> HTMLResponse:
-        """Swagger UI from the files the setup fetched (no CDN); the bare OpenAPI JSON without them."""
+        """Swagger UI from the files the setup fetched (no CDN), set up by a script file (the CSP allows
+        no inline script); the bare OpenAPI JSON without them."""
         if not (VENDOR / "swagger-ui-bundle.js").is_file():
             return HTMLResponse('<p>The API is described at <a href="/openapi.json">/openapi.json</a> (run '
                                 "scripts/setup.sh for the Swagger UI page).</p>")
-        return get_swagger_ui_html(openapi_url="/openapi.json", title="p2 optimizer service API",
-                                   swagger_js_url="/static/vendor/swagger-ui-bundle.js",
-                                   swagger_css_url="/static/vendor/swagger-ui.css",
-                                   swagger_favicon_url="/static/favicon.svg")
+        return HTMLResponse(SWAGGER_PAGE)
 
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:
@@ -80,7 +97,9 @@ def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig()) -
     async def healthz() -> str:
         return "ok"
 
-    @app.get("/metrics", summary="Prometheus metrics of the service and its jobs")
+    @app.get("/metrics", summary="Prometheus metrics of the service and its jobs",
+             responses={200: {"content": {CONTENT_TYPE.split(";")[0]: {"schema": {"type": "string"}}}},
+                        **api.errors(401)})
     async def metrics(request: Request) -> Response:
         app.state.access.check_read(request)
         return Response(core.metrics.exposition(), media_type=CONTENT_TYPE)
@@ -93,12 +112,20 @@ def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig()) -
         name = getattr(route, "path", None) or ("static" if request.url.path.startswith("/static/") else "unknown")
         core.metrics.on_request("http", f"{request.method} {name}", watch.seconds,
                                 str(response.status_code) if response.status_code >= 400 else None)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("X-Frame-Options", "DENY")
         return response
 
     _install_errors(app)
+    app.add_middleware(GuardMiddleware, hosts=app.state.access.hosts)     # outermost: before anything reads
     return app
+
+
+SWAGGER_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>p2 optimizer service API</title>
+<link rel="stylesheet" href="/static/vendor/swagger-ui.css"><link rel="icon" href="/static/favicon.svg">
+</head><body><div id="swagger-ui"></div>
+<script src="/static/vendor/swagger-ui-bundle.js"></script><script src="/static/swagger-init.js"></script>
+</body></html>"""
 
 
 #: The gRPC status the service gives an error (service/errors_map.py, the one mapping) as an HTTP status.
@@ -110,28 +137,39 @@ HTTP_STATUS = {grpc.StatusCode.NOT_FOUND: 404, grpc.StatusCode.FAILED_PRECONDITI
 def _status(error: Exception) -> int:
     if isinstance(error, AuthError):
         return error.status
-    if isinstance(error, api.BusyError):
-        return 429
+    for kind, status in ((api.BodyError, 400), (api.BodyTooLargeError, 413), (api.BusyError, 429),
+                         (OverloadedError, 503)):
+        if isinstance(error, kind):
+            return status
     return HTTP_STATUS.get(status_of(error), 500)
 
 
+def _json_answer(path: str) -> bool:
+    return path.startswith("/api/") or path in ("/metrics", "/openapi.json")
+
+
 def _install_errors(app: FastAPI) -> None:
-    def answer(request: Request, status: int, message: str, field: str | None = None):
+    def answer(request: Request, status: int, message: str, field: str | None = None,
+               headers: dict[str, str] | None = None):
         message = " ".join(message.split())
-        if request.url.path.startswith("/api/") or request.url.path == "/metrics":
+        if _json_answer(request.url.path):
             body = {"error": message} | ({"field": field} if field else {})
-            return JSONResponse(body, status_code=status)
+            return JSONResponse(body, status_code=status, headers=headers)
         html = pages.templates.get_template("error.html").render(
             request=request, title=f"{status}", status=status, message=message, field=field, charts=False,
             writable=False)
-        return HTMLResponse(html, status_code=status)
+        return HTMLResponse(html, status_code=status, headers=headers)
 
     @app.exception_handler(AuthError)
     @app.exception_handler(InvalidInputError)
     @app.exception_handler(StoreError)
     async def known(request: Request, error: Exception):
-        field = error.field if isinstance(error, RequestError) else None
-        return answer(request, _status(error), str(error), field)
+        field = getattr(error, "field", None) if isinstance(error, (RequestError, AuthError)) else None
+        status = _status(error)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        if isinstance(error, (OverloadedError, api.BusyError)):
+            headers = {"Retry-After": "1"}
+        return answer(request, status, str(error), field, headers)
 
     @app.exception_handler(RequestValidationError)
     async def malformed(request: Request, error: RequestValidationError):
@@ -140,6 +178,18 @@ def _install_errors(app: FastAPI) -> None:
         field = ".".join(where) or None
         return answer(request, 422, f"{field or 'request'}: {first.get('msg', 'invalid')}", field)
 
-    @app.exception_handler(404)
-    async def not_found(request: Request, error: Exception):
-        return answer(request, 404, f"no page {request.url.path}; the jobs are at /, the API at /docs")
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException):
+        """Starlette's and FastAPI's own refusals (no route, a method the route lacks, …) in our shape."""
+        if error.status_code == 404:
+            message = f"no page {request.url.path[:200]}; the jobs are at /, the API at /docs"
+        else:
+            message = f"{error.detail}" if isinstance(error.detail, str) else f"HTTP {error.status_code}"
+            if error.status_code == 405:
+                message = f"{request.method} is not a method of {request.url.path[:200]} ({message})"
+        return answer(request, error.status_code, message, None, dict(error.headers or {}) or None)
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, error: Exception):
+        """A bug: logged with its traceback (by the server), answered in one line."""
+        return answer(request, 500, "internal error of the dashboard; the service's log has the details")

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import time
 
-from optimizer_service.plan import Plan
+from optimizer_service.dashboard import plan_reading
+from optimizer_service.dashboard.offload import Offloader
 from optimizer_service.service.core import ServiceCore
 from optimizer_service.service.jobs import Job, PlanState
-from optimizer_service.service.plan_view import plan_diff, plan_view
 
 SPARKLINE = 60              # iterations in a jobs-page sparkline
 TELEMETRY_PAGE = 1_000      # iterations one telemetry answer carries at most
+
 
 
 def _loop(core: ServiceCore, job: Job):
@@ -39,8 +40,10 @@ def job_summary(core: ServiceCore, job: Job) -> dict:
             "created_unix": job.created_unix}
 
 
-def jobs(core: ServiceCore) -> list[dict]:
-    return [job_summary(core, job) for _, job in sorted(core.jobs.items())]
+def jobs_page(core: ServiceCore, limit: int, after: str) -> dict:
+    """One page of the jobs by id (``next``: the cursor of the following page, "" after the last)."""
+    page, following = core.jobs_page(after, limit)
+    return {"jobs": [job_summary(core, job) for job in page], "next": following}
 
 
 def job_detail(core: ServiceCore, job: Job) -> dict:
@@ -104,34 +107,33 @@ async def events(core: ServiceCore, job: Job, limit: int) -> dict:
             "decisions": [{k: v for k, v in d.items() if k != "search"} for d in decisions]}
 
 
-async def plan_detail(core: ServiceCore, job: Job, version: int) -> tuple[dict, Plan]:
-    """The plan page's data, and the plan itself (parsed once, for the diff beside it)."""
+async def plan_detail(core: ServiceCore, job: Job, version: int, offloader: Offloader) -> dict:
+    """The plan page's data. Parsing and pricing a stored plan (up to 64 MiB) run off the event loop,
+    a large one in a child process (:mod:`.plan_reading`)."""
     state, stored = await core.plan(job.job_id, version)
-    plan = Plan.parse(stored.plan_json)
-    topology = core.topology_yaml(job)
-    return {"job_id": job.job_id, "record": plan_state(state), "plan": plan_view(plan, topology),
-            "submitted_unix": stored.submitted_unix}, plan
+    return await offloader.run_for(len(stored.plan_json), f"reading plan v{version}", plan_reading.plan_detail,
+                                   job.job_id, plan_state(state), stored.plan_json, stored.submitted_unix,
+                                   core.topology_yaml(job))
 
 
-async def previous_plan(core: ServiceCore, job: Job, version: int) -> Plan | None:
-    """The plan committed before ``version`` (None: passthrough)."""
-    earlier = [v for v, s in job.plans.items() if v < version and s.decision == "commit"]
-    if not earlier:
-        return None
-    _, stored = await core.plan(job.job_id, max(earlier))
-    return Plan.parse(stored.plan_json)
+async def _stored_plan(core: ServiceCore, job: Job, version: int) -> str:
+    return (await core.plan(job.job_id, version))[1].plan_json
 
 
-async def diff(core: ServiceCore, job: Job, version: int, against: int | None) -> dict:
-    _, stored = await core.plan(job.job_id, version)
-    new = Plan.parse(stored.plan_json)
+def previous_version(job: Job, version: int) -> int:
+    """The version committed before ``version`` (0: passthrough)."""
+    return max((v for v, s in job.plans.items() if v < version and s.decision == "commit"), default=0)
+
+
+async def diff(core: ServiceCore, job: Job, version: int, against: int | None, offloader: Offloader) -> dict:
+    """What plan ``version`` changes against ``against`` (None: the plan committed before it; 0:
+    passthrough); the plans are parsed off the event loop."""
+    new = await _stored_plan(core, job, version)
     if against is None:
-        old = await previous_plan(core, job, version)
-    elif against == 0:
-        old = None
-    else:
-        old = Plan.parse((await core.plan(job.job_id, against))[1].plan_json)
-    return plan_diff(old, new)
+        against = previous_version(job, version)
+    old = await _stored_plan(core, job, against) if against else None
+    return await offloader.run_for(len(new) + len(old or ""), f"comparing plan v{version}", plan_reading.diff,
+                                   old, new)
 
 
 def gantt(core: ServiceCore, job: Job, version: int, rank: int) -> dict:

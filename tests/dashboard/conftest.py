@@ -64,12 +64,15 @@ class Dashboard:
 
 
 @contextlib.contextmanager
-def running_dashboard(folder: Path, token: str | None = TOKEN, public: bool = True):
+def running_dashboard(folder: Path, token: str | None = TOKEN, public: bool = True, **config):
+    """The service and its dashboard in this process; ``config``: more :class:`DashboardConfig` fields
+    (the test client's Host, ``testserver``, is on the allowlist unless ``allowed_hosts`` says otherwise)."""
     service = Service(ServiceConfig(listen="127.0.0.1:0", store_url=f"sqlite:///{folder / 'service.db'}",
                                     token=token, timing=Timing(vote_timeout=3.0, resend_interval=0.2,
                                                                switch_margin=2),
                                     tick_seconds=0.05, replan=ReplanConfig(policy=QUIET, topology=TOPOLOGY)))
-    app = create_app(service.core, DashboardConfig(token=token, public=public))
+    config.setdefault("allowed_hosts", ("testserver", "127.0.0.1", "localhost"))
+    app = create_app(service.core, DashboardConfig(token=token, public=public, **config))
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):

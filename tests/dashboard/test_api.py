@@ -1,11 +1,12 @@
 """Every dashboard route with FastAPI's test client, on a real service (gRPC on
 port 0, SQLite) whose jobs are simulated ranks streaming telemetry over real
 gRPC: reads, the token-guarded mutations, and bad input (404 / 422 with the
-field, nothing stored)."""
+field, 400 for a body that is not JSON, nothing stored)."""
 
 from __future__ import annotations
 
 import json
+import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -165,12 +166,13 @@ def test_bad_input_is_one_line_with_its_field_and_stores_nothing(dashboard):
     assert client.get("/api/jobs/alpha/events", params={"limit": 0}).json()["field"] == "limit"
     bad_axes = client.get("/api/explore", params={"topology": "gcp-v100-2n", "axes": "x", "reduce": "1"})
     assert bad_axes.status_code == 422 and bad_axes.json()["error"].startswith("axes:")
-    assert "unknown" in client.get("/api/topologies/nowhere").json()["error"]
+    nowhere = client.get("/api/topologies/nowhere")
+    assert nowhere.status_code == 404 and "no topology preset 'nowhere'" in nowhere.json()["error"]
     assert client.get("/api/explore", params={"topology": "gcp-v100-2n", "axes": "2,8"}).json()["field"] == "reduce"
 
     not_json = client.post("/api/jobs/alpha/plans", content=b"{not json", headers={**AUTH,
                                                                                 "Content-Type": "application/json"})
-    assert not_json.status_code == 422
+    assert not_json.status_code == 400 and not_json.json()["field"] == "body" and "not JSON" in not_json.json()["error"]
     broken = two_channel_plan()
     broken["ops"][0]["plan"] = "AllReduce(0,1,9)[0:4]"
     answer = client.post("/api/jobs/alpha/plans", json=broken, headers=AUTH)
@@ -221,9 +223,13 @@ def test_reads_need_the_token_when_the_dashboard_is_not_public(tmp_path):
         assert client.post("/login", data={"token": "wrong", "next": "/"}, follow_redirects=False).status_code == 401
         logged = client.post("/login", data={"token": TOKEN, "next": "/"}, follow_redirects=False)
         assert logged.status_code == 303 and "httponly" in logged.headers["set-cookie"].lower()
-        assert client.get("/").status_code == 200 and client.get("/api/jobs").status_code == 200
-        # the cookie opens reads, never mutations
-        assert client.post("/api/jobs/x/replan", json={}).status_code == 401
+        assert TOKEN not in logged.headers["set-cookie"]                   # a session id, never the token
+        page = client.get("/")
+        assert page.status_code == 200 and client.get("/api/jobs").status_code == 200
+        # the session alone never changes anything: a mutation needs the page's CSRF value as well
+        assert client.post("/api/jobs/x/replan", json={}).status_code == 403
+        csrf = re.search(r'<meta name="p2-csrf" content="([^"]+)">', page.text).group(1)
+        assert client.post("/api/jobs/x/replan", json={}, headers={"X-P2-CSRF": csrf}).status_code == 404
 
 
 def test_a_service_without_a_token_is_read_only(tmp_path):

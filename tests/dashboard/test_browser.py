@@ -2,9 +2,10 @@
 Playwright (no browser download), against a real ``p2 serve`` process with a
 token, whose job is simulated ranks streaming telemetry over real gRPC.
 
-Every page loads without console errors; the job page's chart grows while the
-job runs; a plan submitted from the page without the token is refused and with
-it commits. Screenshots of every page go to ``test-artifacts/dashboard/``."""
+Every page loads without console errors (so without a Content-Security-Policy
+violation); the job page's chart grows while the job runs; the page's controls
+need a login, the browser then holds a session (never the token), and a plan
+submitted from the page commits. Screenshots of every page go to ``test-artifacts/dashboard/``."""
 
 from __future__ import annotations
 
@@ -117,30 +118,45 @@ def test_the_job_page_chart_updates_while_the_job_runs(site, browser):
     console.page.close()
 
 
-def test_a_plan_from_the_page_is_refused_without_the_token_and_commits_with_it(site, browser):
+def test_a_plan_from_the_page_needs_a_login_and_the_page_never_holds_the_token(site, browser):
     base, job = site
     console = Console(browser)
     page = console.page
-    console.open(f"{base}/jobs/{job}", "job-before-plan")
+    console.open(f"{base}/jobs/{job}", "job-before-login")
+    assert page.locator("#controls").count() == 0 and page.locator("#controls-login a").count() == 1
+    post = ("([path, headers]) => fetch(path, {method: 'POST', headers: {'Content-Type': 'application/json', "
+            "...headers}, body: JSON.stringify({reason: 'x'})}).then(r => r.status)")
+    assert page.evaluate(post, [f"/api/jobs/{job}/replan", {}]) == 401          # no session: refused
+
+    page.click("#controls-login a")
+    page.fill("input[name=token]", TOKEN)
+    page.click("form[action='/login'] button")
+    page.wait_for_url(f"{base}/jobs/{job}")
+    assert page.locator("#controls").count() == 1 and page.locator("#logout").count() == 1
+    # The browser holds a session, never the token: not in a cookie script can read, not in storage, not in the page.
+    assert page.evaluate("document.cookie") == "" and page.evaluate("sessionStorage.length + localStorage.length") == 0
+    assert TOKEN not in page.content()
+    cookies = {c["name"]: c for c in page.context.cookies()}
+    assert set(cookies) == {"p2_session"} and cookies["p2_session"]["httpOnly"]
+    assert cookies["p2_session"]["sameSite"] == "Strict" and TOKEN not in cookies["p2_session"]["value"]
+    assert page.evaluate(post, [f"/api/jobs/{job}/replan", {}]) == 403          # the session without its CSRF value
+
     page.locator("details summary", has_text="Submit a plan").click()
     page.fill("#plan-json", json.dumps(two_channel_plan(4)))
-    page.fill("#token", "")
     page.click("#submit-plan")
     result = page.locator("#action-result")
-    wait_for(lambda: result.get_attribute("data-status"), what="the refusal")
-    assert result.get_attribute("data-status") == "401" and "refused" in result.inner_text()
-    page.screenshot(path=str(ARTIFACTS / "job-plan-refused.png"), full_page=True)
-
-    page.fill("#token", TOKEN)
-    page.click("#submit-plan")
     wait_for(lambda: result.get_attribute("data-status") == "202", what="the accepted submission")
     assert "plan v1 submitted" in result.inner_text()
     plans = page.locator("#plans")
     wait_for(lambda: "committed" in plans.inner_text(), what="v1 committed in the page's plans table")
     wait_for(lambda: page.locator("#s-committed").inner_text() == "v1", what="the summary's committed plan")
     page.screenshot(path=str(ARTIFACTS / "job-after-plan.png"), full_page=True)
-    # the only console errors are the browser's own line for the refused request
-    assert all("401" in error for error in console.errors), console.errors
+    # the only console errors are the browser's own lines for the two refused requests
+    assert all("401" in error or "403" in error for error in console.errors), console.errors
+
+    page.click("#logout")
+    page.wait_for_url(f"{base}/")
+    assert page.context.cookies() == [] and page.locator("#login").count() == 1
     page.close()
 
     plan_page = Console(browser)

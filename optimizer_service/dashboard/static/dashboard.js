@@ -58,10 +58,11 @@ function sparkline(values, width = 120, height = 24) {
 function replanning(r) { return r ? r.phase + (r.paused ? " (paused)" : "") : "off"; }
 
 // ------------------------------------------------------------------ jobs page
-function jobsPage() {
+function jobsPage(root) {
   const body = document.querySelector("#jobs tbody");
+  const after = root.dataset.after || "";
   every(POLL_MS, async () => {
-    const {jobs} = await getJSON("/api/jobs");
+    const {jobs} = await getJSON("/api/jobs" + (after ? "?after=" + encodeURIComponent(after) : ""));
     if (!jobs.length) return;
     body.replaceChildren(...jobs.map(j => {
       const state = el("td", {}, el("span", {class: "state " + j.state}, j.state));
@@ -181,13 +182,18 @@ function jobPage(root) {
     if (chart) chart.redraw(false);
   });
 
+  // The controls act through the login session: the cookie goes along by itself (same origin), and the
+  // session's CSRF value, rendered into the page, goes in a header no other site can set. The page
+  // never sees the service's token.
+  const controls = document.getElementById("controls");
+  if (!controls) return;                   // read-only, or not logged in: no controls on the page
+  controls.addEventListener("submit", event => event.preventDefault());
+  const csrf = (document.querySelector("meta[name='p2-csrf']") || {}).content || "";
   const result = document.getElementById("action-result");
   async function act(path, body) {
-    const token = document.getElementById("token").value.trim();
-    sessionStorage.setItem("p2-token", token);
-    const headers = {"Content-Type": "application/json"};
-    if (token) headers["Authorization"] = "Bearer " + token;
-    const response = await fetch(base + path, {method: "POST", headers, body: JSON.stringify(body), credentials: "omit"});
+    const headers = {"Content-Type": "application/json", "X-P2-CSRF": csrf};
+    const response = await fetch(base + path, {method: "POST", headers, body: JSON.stringify(body),
+                                               credentials: "same-origin"});
     const answer = await response.json().catch(() => ({}));
     result.className = response.ok ? "" : "error";
     result.textContent = response.ok ? describe(path, answer) : `refused (${response.status}): ${answer.error || response.statusText}`;
@@ -197,9 +203,6 @@ function jobPage(root) {
     if (path === "/plans") return `plan v${answer.version} submitted: ${answer.state}`;
     return `replanning: ${replanning(answer.policy)}`;
   }
-  const token = document.getElementById("token");
-  if (!token) return;                      // a read-only service: no controls on the page
-  token.value = sessionStorage.getItem("p2-token") || "";
   const on = (id, fn) => { const b = document.getElementById(id); if (b) b.addEventListener("click", fn); };
   on("replan-now", () => act("/replan", {reason: "from the dashboard"}));
   on("pause", () => act("/replanning", {paused: true, reason: "from the dashboard"}));
@@ -215,6 +218,6 @@ function jobPage(root) {
 document.addEventListener("DOMContentLoaded", () => {
   const root = document.querySelector("[data-page]");
   if (!root) return;
-  if (root.dataset.page === "jobs") jobsPage();
+  if (root.dataset.page === "jobs") jobsPage(root);
   if (root.dataset.page === "job") jobPage(root);
 });
