@@ -7,11 +7,14 @@ import contextlib
 import json
 import socket
 
+import grpc
 import pytest
 
 from optimizer_service.plan import Plan
+from p2.v1 import enforcer_link_pb2_grpc
 from tests.support.certs import MISSING, have_openssl, make_certificates
 from tests.support.cli import p2
+from tests.support.participants import SimRank
 from tests.support.service_process import Ranks, ServeProcess, free_port
 
 pytestmark = pytest.mark.slow
@@ -52,15 +55,17 @@ def test_serve_jobs_and_plans_end_to_end(tmp_path):
 
 
 def test_client_errors_are_one_line_with_exit_codes(tmp_path):
-    serve = ServeProcess(tmp_path, env={"P2_TOKEN": "tok"})
+    serve = ServeProcess(tmp_path, env={"P2_TOKEN": "tok-0123456789abcdef"})
     try:
         plan_file = tmp_path / "plan.json"
         plan_file.write_text(Plan(1, 2, {0: None}, ()).to_json())
         token_file = tmp_path / "token"
-        token_file.write_text("tok\n")
+        token_file.write_text("tok-0123456789abcdef\n")
         cases = [
             (["jobs", "list", "--service", serve.address], 2, "missing bearer token"),
-            (["jobs", "list", "--service", serve.address], 2, "wrong bearer token", {"P2_TOKEN": "nope"}),
+            (["jobs", "list", "--service", serve.address], 2, "wrong bearer token",
+             {"P2_TOKEN": "nope-0123456789abcdef"}),
+            (["jobs", "list", "--service", serve.address], 2, "fewer than the 16 required", {"P2_TOKEN": "nope"}),
             (["jobs", "show", "ghost", "--service", serve.address, "--token-file", str(token_file)], 2, "no job 'ghost'"),
             (["plan", "submit", "--job", "ghost", str(tmp_path / "missing.json"), "--service", serve.address],
              2, "cannot read the plan"),
@@ -74,6 +79,48 @@ def test_client_errors_are_one_line_with_exit_codes(tmp_path):
     finally:
         code, _ = serve.stop()
     assert code == 0
+
+
+def test_jobs_list_follows_pages_and_jobs_delete_refuses_then_forces(tmp_path):
+    serve = ServeProcess(tmp_path, "--no-replan", "--http", "off", env={"P2_MAX_JOBS": "3"})
+    client = ("--service", serve.address)
+    ranks = [Ranks(serve.address, name, 1) for name in ("job-c", "job-a", "job-b")]
+    try:
+        def listed(*args: str) -> list[str]:
+            result = p2("jobs", "list", *args, *client, "--json", "-")
+            assert result.returncode == 0, result.stderr
+            return [job["job_id"] for job in json.loads(result.stdout)["jobs"]]
+
+        assert listed() == ["job-a", "job-b", "job-c"]
+        assert listed("--page-size", "1") == ["job-a", "job-b", "job-c"]      # three calls, one cursor each
+        assert listed("--limit", "2", "--page-size", "1") == ["job-a", "job-b"]
+        with grpc.insecure_channel(serve.address) as channel:   # a fourth job is over P2_MAX_JOBS=3
+            fourth = enforcer_link_pb2_grpc.EnforcerLinkStub(channel).Connect(
+                iter([SimRank("job-d", 0, 1).register_message()]), timeout=10)
+            with pytest.raises(grpc.RpcError) as refused:
+                list(fourth)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION, refused.value
+        assert "P2_MAX_JOBS=3" in refused.value.details() and "p2 jobs delete" in refused.value.details()
+        helped = p2("jobs", "delete", "--help")
+        assert helped.returncode == 0 and "--force" in helped.stdout, helped.stderr
+        for args, words in [(["job-a"], "connected"), (["ghost"], "no job 'ghost'"),
+                            (["bad id!"], "job_id"), ([], "Missing argument")]:
+            result = p2("jobs", "delete", *args, *client)
+            assert result.returncode == 2, (args, result.stderr)
+            lines = result.stderr.strip().splitlines()
+            assert words in result.stderr and (len(lines) == 1 or not args), result.stderr
+        out = tmp_path / "deleted.json"
+        forced = p2("jobs", "delete", "job-a", "--force", "--json", str(out), *client)
+        assert forced.returncode == 0 and "job job-a deleted" in forced.stdout, forced.stderr
+        assert json.loads(out.read_text()) == {"job_id": "job-a", "deleted": True, "force": True}
+        assert listed() == ["job-b", "job-c"]
+        assert "job-a" not in p2("jobs", "list", *client).stdout
+    finally:
+        for group in ranks:
+            group.close()
+        code, log = serve.stop()
+    assert code == 0, log
+    assert "job job-a: deleted" in log, log
 
 
 def test_serve_refuses_bad_settings_with_one_line(tmp_path):

@@ -52,7 +52,7 @@ def test_p2_plan_submit_switches_every_rank_of_a_real_job_at_the_same_iteration(
         pytest.skip(MISSING)
     redis = start_redis(tmp_path / "redis") if store == "redis" else None
     token_file = tmp_path / "token"
-    token_file.write_text("e2e-token\n")
+    token_file.write_text("e2e-token-0123456789abcdef\n")
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(Plan.parse(plan_ranks.build_plan(WORLD, reverse=True, channels=2)).to_json())
     serve = ServeProcess(tmp_path, "--token-file", str(token_file), store=redis.url if redis else None)
@@ -67,7 +67,7 @@ def test_p2_plan_submit_switches_every_rank_of_a_real_job_at_the_same_iteration(
         submitter.join(90)
         listed = p2("plan", "list", "--job", JOB, "--service", serve.address, "--token-file", str(token_file),
                     "--json", "-")
-        intruder = p2("jobs", "list", "--service", serve.address, env={"P2_TOKEN": "not-the-token"})
+        intruder = p2("jobs", "list", "--service", serve.address, env={"P2_TOKEN": "not-the-token-0123456789"})
     finally:
         code, log = serve.stop()
         if redis:
@@ -109,7 +109,7 @@ def test_the_service_killed_mid_commit_and_restarted_leaves_every_real_rank_on_o
     reconnect, and all end on the stored decision: all switched at one iteration
     (a durable commit is not lost) or none did (an undecided prepare is aborted)."""
     token_file = tmp_path / "token"
-    token_file.write_text("crash-token\n")
+    token_file.write_text("crash-token-0123456789abcdef\n")
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(Plan.parse(plan_ranks.build_plan(WORLD, reverse=True, channels=2)).to_json())
     port, store = free_port(), f"sqlite:///{tmp_path / 'service.db'}"
