@@ -4,6 +4,7 @@ returns). Field names follow ``p2 jobs show --json`` where they overlap."""
 
 from __future__ import annotations
 
+import re
 import time
 
 from optimizer_service.dashboard import plan_reading
@@ -13,6 +14,8 @@ from optimizer_service.service.jobs import Job, PlanState
 
 SPARKLINE = 60              # iterations in a jobs-page sparkline
 TELEMETRY_PAGE = 1_000      # iterations one telemetry answer carries at most
+#: A job's topology is shown by name when it is one (a preset); a rank's YAML (up to 64 KiB) is not echoed.
+PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 
@@ -66,7 +69,7 @@ def job_detail(core: ServiceCore, job: Job) -> dict:
                       "lagging": rank in lagging})
     loop = _loop(core, job)
     return {**job_summary(core, job), "epoch": job.coordinator.epoch, "switch_every": job.switch_every,
-            "topology": job.topology if "\n" not in job.topology else "(YAML from the ranks)",
+            "topology": job.topology if PRESET_NAME.fullmatch(job.topology) else "(YAML from the ranks)",
             "ranks": ranks, "waits": job.live.wait_table()[:200],
             "plans": [plan_state(state) for state in sorted(job.plans.values(), key=lambda p: p.version)],
             "policy": None if loop is None else loop.to_dict()["policy"],

@@ -687,11 +687,8 @@ class ServiceCore:
         """The job's topology as YAML ('' when neither its ranks nor ``--topology`` give a usable one)."""
         if self.replanner is not None:
             return self.replanner.loop(self, job).topology_yaml
-        from optimizer_service.service.planning import resolve_topology
-        try:
-            return resolve_topology(job.topology) if job.topology else ""
-        except InvalidInputError:
-            return ""
+        from optimizer_service.service.planning import usable_topology
+        return usable_topology(job.topology)
 
     def _loop(self, job_id: str):
         job = self.job(job_id)

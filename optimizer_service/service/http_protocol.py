@@ -24,6 +24,7 @@ the log (the same attack once wrote 74 MB of log lines in 8 s).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import Counter
 from collections.abc import Callable
@@ -68,6 +69,18 @@ class GuardedH11Protocol(H11Protocol):
         self._head_since = accepted_at      # when the wait for the current request head began
 
     # ------------------------------------------------------------------ uvicorn's protocol interface
+    def send_400_response(self, msg: str) -> None:
+        """A request h11 cannot take (a malformed line, a head over its 16 KiB) is answered as every
+        other error of the dashboard is: ``{"error", "field"}`` in one line, then the connection closes."""
+        body = json.dumps({"error": f"{msg.rstrip('.')}: a malformed request line or header, or a request "
+                                    "head over 16 KiB", "field": "request"}).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close")]
+        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
+                      h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._progress_at = self.loop.time()       # a finished TLS handshake is progress too

@@ -20,6 +20,7 @@ crosses the process boundary.
 from __future__ import annotations
 
 import asyncio
+import functools
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -134,6 +135,17 @@ def short_error(text: str, limit: int = MAX_TOPOLOGY_ERROR) -> str:
     """``text`` on one line of at most ``limit`` characters: what a job stores and serves about its topology."""
     line = " ".join(str(text).split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+@functools.lru_cache(maxsize=64)
+def usable_topology(value: str) -> str:
+    """:func:`resolve_topology`'s YAML, or '' when ``value`` gives no usable topology. The last
+    64 texts are remembered: a page that lists every job's topology reads each text once, not
+    once per request (the text is a rank's, at most 64 KiB)."""
+    try:
+        return resolve_topology(value) if value else ""
+    except InvalidInputError:
+        return ""
 
 
 def resolve_topology(value: str) -> str:
