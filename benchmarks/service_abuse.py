@@ -246,9 +246,7 @@ def low_fd_limit() -> None:
 
 def start(tree: Path, folder: Path, **options) -> ServeProcess:
     """``p2 serve`` of ``tree`` with the token and the dashboard on a free port (``server.http_port``)."""
-    server = ServeProcess(folder, *SERVE_ARGS, root=tree, **options)
-    server.http_port = int((folder / "http.port").read_text())
-    return server
+    return ServeProcess(folder, *SERVE_ARGS, root=tree, dashboard=True, **options)
 
 
 def run_attack(name: str, tree: Path, folder: Path) -> dict:
@@ -313,8 +311,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="p2-abuse-") as folder:
             folder = Path(folder)
             (folder / "token").write_text(TOKEN)
-            SERVE_ARGS = ("--token-file", str(folder / "token"), "--http", "127.0.0.1:0", "--http-port-file",
-                          str(folder / "http.port"))
+            SERVE_ARGS = ("--token-file", str(folder / "token"))
             print(f"{args.label}: {name} …", flush=True)
             found[name] = run_attack(name, args.tree.resolve(), folder)
             print(f"  {json.dumps(found[name])}", flush=True)

@@ -118,20 +118,19 @@ class LineLimit(logging.Filter):
 
 def limit_handler(handler: logging.Handler, **limits) -> LineLimit:
     """Limit every line ``handler`` writes (once: a second call returns the first filter)."""
-    for existing in handler.filters:
-        if isinstance(existing, LineLimit):
-            return existing
-    line_limit = LineLimit(handler.handle, **limits)
-    handler.addFilter(line_limit)
-    return line_limit
+    return _limit(handler, handler.handle, limits)
 
 
 def limit_logger(logger: logging.Logger, **limits) -> LineLimit:
     """Limit the lines logged on ``logger`` itself, whichever handlers it gets later (uvicorn
     installs its own handlers when the dashboard starts; a logger's filters stay)."""
-    for existing in logger.filters:
+    return _limit(logger, logger.handle, limits)
+
+
+def _limit(target: logging.Filterer, sink, limits: dict) -> LineLimit:
+    for existing in target.filters:
         if isinstance(existing, LineLimit):
             return existing
-    line_limit = LineLimit(logger.handle, **limits)
-    logger.addFilter(line_limit)
+    line_limit = LineLimit(sink, **limits)
+    target.addFilter(line_limit)
     return line_limit

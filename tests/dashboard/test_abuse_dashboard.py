@@ -333,14 +333,9 @@ def test_request_work_runs_off_the_loop_with_a_deadline(tmp_path):
 def served(tmp_path_factory):
     folder = tmp_path_factory.mktemp("served")
     (folder / "token").write_text(TOKEN)
-    serve = ServeProcess(folder, "--token-file", str(folder / "token"), "--http", "127.0.0.1:0", "--http-port-file",
-                         str(folder / "http.port"), "--no-replan")
-    deadline = time.monotonic() + 20
-    while not (folder / "http.port").exists() or not (folder / "http.port").read_text().strip():
-        assert time.monotonic() < deadline, serve.log()
-        time.sleep(0.05)
+    serve = ServeProcess(folder, "--token-file", str(folder / "token"), "--no-replan", dashboard=True)
     try:
-        yield serve, int((folder / "http.port").read_text())
+        yield serve, serve.http_port
     finally:
         serve.stop()
 

@@ -9,7 +9,6 @@ whole file takes about a minute here (2 shared cores)."""
 
 from __future__ import annotations
 
-import time
 from urllib.parse import quote, urlencode
 
 import pytest
@@ -40,15 +39,10 @@ def served(tmp_path_factory):
     """``p2 serve`` with a token and its dashboard, one job of 2 simulated ranks; its base URL."""
     folder = tmp_path_factory.mktemp("schemathesis")
     (folder / "token").write_text(TOKEN)
-    serve = ServeProcess(folder, "--token-file", str(folder / "token"), "--http", "127.0.0.1:0", "--http-port-file",
-                         str(folder / "http.port"), "--no-replan")
-    deadline = time.monotonic() + 20
-    while not (folder / "http.port").exists() or not (folder / "http.port").read_text().strip():
-        assert time.monotonic() < deadline, serve.log()
-        time.sleep(0.05)
+    serve = ServeProcess(folder, "--token-file", str(folder / "token"), "--no-replan", dashboard=True)
     ranks = Ranks(serve.address, "schema-job", 2, token=TOKEN)
     try:
-        yield f"http://127.0.0.1:{int((folder / 'http.port').read_text())}"
+        yield serve.http_url
     finally:
         ranks.close()
         code, log = serve.stop()

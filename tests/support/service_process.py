@@ -32,14 +32,19 @@ class ServeProcess:
     Its log (stderr) goes to a file in ``folder`` (:attr:`log_path`, :meth:`log`), never a pipe
     that a service logging a lot could fill and block on. ``preexec`` runs in the child before
     it starts (e.g. to lower its file descriptor limit). ``root`` runs the service of another
-    checkout of the project (benchmarks/service_abuse.py compares two)."""
+    checkout of the project (benchmarks/service_abuse.py compares two). With ``dashboard`` it
+    also serves the dashboard on a free port: :attr:`http_port`, :attr:`http_url`."""
 
     _count = itertools.count()
 
     def __init__(self, folder: Path, *extra: str, env: dict[str, str] | None = None, port: int = 0,
-                 store: str | None = None, preexec=None, root: Path = ROOT) -> None:
+                 store: str | None = None, preexec=None, root: Path = ROOT, dashboard: bool = False) -> None:
         self.port_file = folder / "port"
         self.port_file.unlink(missing_ok=True)
+        http_port_file = folder / "http.port"
+        if dashboard:
+            http_port_file.unlink(missing_ok=True)
+            extra = ("--http", "127.0.0.1:0", "--http-port-file", str(http_port_file), *extra)
         self.log_path = folder / f"serve-{next(self._count)}.log"
         environment = dict(os.environ, **(env or {}))
         if root != ROOT:
@@ -57,6 +62,9 @@ class ServeProcess:
             time.sleep(0.05)
         self.port = int(self.port_file.read_text())
         self.address = f"127.0.0.1:{self.port}"
+        # p2 serve writes the dashboard's port before the gRPC port: it is there by now
+        self.http_port = int(http_port_file.read_text()) if dashboard else 0
+        self.http_url = f"http://127.0.0.1:{self.http_port}" if dashboard else ""
 
     def log(self) -> str:
         """What the service logged so far."""

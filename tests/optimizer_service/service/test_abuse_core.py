@@ -38,14 +38,6 @@ from tests.support.service_process import ServeProcess
 FAST = Timing(vote_timeout=3.0, resend_interval=0.2, switch_margin=2)
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-def store_url(request, tmp_path) -> str:
-    """Each store in turn; a Redis prefix of its own per test."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'service.db'}"
-    return f"{request.getfixturevalue('redis_server').url}?prefix=t-{uuid.uuid4().hex[:12]}:"
-
-
 def empty_plan(world: int) -> plan_pb2.Plan:
     return plan_to_proto(Plan(1, world, {0: None}, ()))
 

@@ -55,10 +55,7 @@ def start(folder: Path, *extra: str, env: dict[str, str] | None = None, token: b
     if token:
         (folder / "token").write_text(TOKEN + "\n")
         token_args = ("--token-file", str(folder / "token"))
-    serve = ServeProcess(folder, *token_args, "--no-replan", "--http", "127.0.0.1:0", "--http-port-file",
-                         str(folder / "http.port"), *extra, env=env, preexec=preexec)
-    serve.http_port = int((folder / "http.port").read_text())
-    return serve
+    return ServeProcess(folder, *token_args, "--no-replan", *extra, env=env, preexec=preexec, dashboard=True)
 
 
 def lower_descriptor_limit() -> None:

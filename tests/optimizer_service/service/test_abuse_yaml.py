@@ -81,11 +81,8 @@ class Served:
 
 
 def serve(folder: Path, *extra: str) -> Served:
-    port_file = folder / "http.port"
-    port_file.unlink(missing_ok=True)
-    process = ServeProcess(folder, "--http", "127.0.0.1:0", "--http-port-file", str(port_file), *extra)
-    port = until(lambda: port_file.exists() and port_file.read_text().strip(), 20, "p2 serve wrote no --http-port-file")
-    return Served(process, f"http://127.0.0.1:{port}")
+    process = ServeProcess(folder, *extra, dashboard=True)
+    return Served(process, process.http_url)
 
 
 @dataclass

@@ -5,7 +5,6 @@ SQLite store, ranks that speak the real protocol in-process
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 
 import grpc
@@ -26,14 +25,6 @@ from p2.v1 import optimizer_pb2_grpc, plan_pb2
 from tests.support.participants import SimRank, run_rank
 
 FAST = Timing(vote_timeout=3.0, resend_interval=0.2, switch_margin=2)
-
-
-@pytest.fixture(params=["sqlite", "redis"])
-def store_url(request, tmp_path) -> str:
-    """Each store in turn; a Redis prefix of its own per test."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'service.db'}"
-    return f"{request.getfixturevalue('redis_server').url}?prefix=t-{uuid.uuid4().hex[:12]}:"
 
 
 def config(tmp_path: Path, **changes) -> ServiceConfig:
