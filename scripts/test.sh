@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up .venv/ if needed and run the test suite. Extra arguments go to pytest.
 #   scripts/test.sh           the whole suite (what CI runs)
-#   scripts/test.sh --fast    the daily tier: no multi-rank, namespace or slow tests (~3 minutes)
+#   scripts/test.sh --fast    the daily tier: no multi-rank, namespace or slow tests (~7 minutes)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh || exit $?
