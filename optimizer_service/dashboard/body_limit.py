@@ -22,7 +22,8 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from optimizer_service.dashboard.api import MAX_PLAN_BYTES
+from optimizer_service.dashboard.api import MAX_PLAN_BYTES, MAX_SMALL_BODY
+from optimizer_service.dashboard.pages import MAX_LOGIN_FORM
 
 Scope = dict[str, Any]
 Message = dict[str, Any]
@@ -31,11 +32,11 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 KIB = 1024
-DEFAULT_LIMIT = 64 * KIB
+DEFAULT_LIMIT = MAX_SMALL_BODY
 #: (method, path pattern, limit in bytes); the first match wins, else DEFAULT_LIMIT.
 ROUTE_LIMITS: tuple[tuple[str, re.Pattern[str], int], ...] = (
     ("POST", re.compile(r"/api/jobs/[^/]+/plans/?"), MAX_PLAN_BYTES),
-    ("POST", re.compile(r"/login/?"), 8 * KIB),
+    ("POST", re.compile(r"/login/?"), MAX_LOGIN_FORM),
 )
 
 

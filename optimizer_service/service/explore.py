@@ -30,6 +30,7 @@ from optimizer_service.p2.explain import explain_program
 from optimizer_service.p2.planner import DEFAULT_BYTES, Limits, PlacementReport, Planner, RankedProgram, speedup
 from optimizer_service.p2.semantics import DeviceState, initial_context
 from optimizer_service.p2.synthesis import DEFAULT_MAX_SIZE
+from optimizer_service.service.planning import short_error
 from optimizer_service.service.requests import RequestError
 from optimizer_service.service.synth_json import (
     best_to_dict,
@@ -96,7 +97,7 @@ def load(name_or_yaml: str) -> Topology:
     try:
         return Topology.from_yaml(name_or_yaml, source="topology YAML")
     except InvalidInputError as error:
-        raise _refused(_one_line(error)) from None
+        raise _refused(short_error(str(error))) from None
 
 
 def _refused(message: str) -> RequestError:
@@ -225,18 +226,9 @@ def _check_shown(field: str, value: int, bound: int) -> None:
 
 
 def _what_to_reduce(error: SearchBoundError) -> str:
-    message = _one_line(error)
+    message = short_error(str(error))
     match = _BOUND_TAIL.search(message)
     if match is None or match.group(1) not in _WHAT_TO_REDUCE:
         return message
     setting = match.group(1)
     return f"{message[:match.start()]}; {_WHAT_TO_REDUCE[setting]} (or an operator raises {setting})"
-
-
-#: Longest error line :func:`load` answers (the loader's lines are shorter; this bounds any other).
-MAX_ERROR_CHARS = 400
-
-
-def _one_line(error: Exception) -> str:
-    text = " ".join(str(error).split())
-    return text if len(text) <= MAX_ERROR_CHARS else text[: MAX_ERROR_CHARS - 3] + "..."
