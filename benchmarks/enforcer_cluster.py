@@ -139,7 +139,8 @@ def _program_cases(world: int, elements: int, iterations: int, plain) -> dict[st
     import torch.distributed as dist
 
     import enforcer
-    from enforcer.executor import GroupCache, ProgramExecutor
+    from enforcer.comm.subgroups import GroupCache
+    from enforcer.programs.executor import ProgramExecutor
     from optimizer_service.plan.lowered import LoweredProgram
     from optimizer_service.plan.op_plan import OpKey, OpPlan
     from optimizer_service.plan.plan import Plan

@@ -17,7 +17,7 @@ runtime (submission, dispatcher, channel worker: C++ or Python) costs per op.
 Where the UCC extension is built, the same plan runs once more with its motifs
 on a UCC channel (``P2_CHANNEL_BACKENDS=gloo,ucc``, channel 1): each motif is
 then one UCC all_reduce, issued by the C++ runtime without Python.
-The Python group's bypass counter (:mod:`enforcer.bypass`) is switched off,
+The Python group's bypass counter (:mod:`enforcer.group.bypass`) is switched off,
 because it also observes plain gloo's dispatcher path and would slow the
 baseline (the C++ backend has none: nothing bypasses it). Writes
 ``enforcer_overhead.json`` and ``.png`` under ``--out`` and prints a summary.
@@ -172,11 +172,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or any(w < 1 for w in args.worlds):
         print("enforcer_overhead: --rounds must be >= 1 and every world >= 1 rank", file=sys.stderr)
         return 2
-    from enforcer import native
+    from enforcer.group import native
     if "cpp" in args.impls and not native.available():
         print(f"enforcer_overhead: {native.why_unavailable()} (or pass --impls python)", file=sys.stderr)
         return 2
-    from enforcer import ucc
+    from enforcer.comm import ucc
     with_ucc = ucc.available()
     if not with_ucc:
         print(f"enforcer_overhead: no UCC channel row ({ucc.why_unavailable()})", flush=True)

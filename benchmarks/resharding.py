@@ -7,7 +7,7 @@ Three parts, one JSON + PNG under ``--out`` and a printed summary:
   dimension, on one emulated cluster of 5 nodes × 4 ranks (every case's meshes
   fit: one host per mesh row, sources first; 200 Mbit/s NICs). Per case five
   systems, each a program made by the planner on the cluster's topology and run
-  by the enforcer (:mod:`enforcer.measure_reshard`): send/recv and the
+  by the enforcer (:mod:`enforcer.measure.reshard`): send/recv and the
   all-gather-based strategy (Alpa's) with greedy load balance (the paper's
   baselines), and broadcast with the naive order, with load balance only, and
   with the ensemble of DFS and randomized greedy (AlpaComm). Measured against
@@ -86,7 +86,7 @@ def measure_cases(plans: dict[str, dict[str, ReshardPlan]], warmup: int, repeat:
     runs = [{"id": f"{case}/{label}", "program": str(plan.program)}
             for case, systems in plans.items() for label, plan in systems.items()]
     spec = {"warmup": warmup, "repeat": repeat, "backend": "p2enforcer", "runs": runs}
-    measured = run_measurement(info, "enforcer.measure_reshard", spec, timeout=3000)
+    measured = run_measurement(info, "enforcer.measure.reshard", spec, timeout=3000)
     return {run_id: list(m.seconds) for run_id, m in measured.items()}
 
 

@@ -5,7 +5,7 @@ and runs every rank with ``backend="p2enforcer"``. Two parts:
 
 * **Collectives.** Beside the world, each rank makes two bare inner backends
   over all 8 ranks, both bound to ``nic0``: gloo, and our UCC backend
-  (``cpp_ext/ucc/``, :mod:`enforcer.ucc`). For all_reduce, all_gather
+  (``cpp_ext/ucc/``, :mod:`enforcer.comm.ucc`). For all_reduce, all_gather
   (into a tensor), reduce_scatter (from a tensor) and all_to_all (single) at
   every ``--sizes`` (bytes per rank's buffer: the all_reduce tensor, the
   gathered output, the scattered input, the all-to-all input) it times
@@ -78,7 +78,7 @@ def _collectives(sizes: list[int], iterations: int, plain) -> dict:
     import torch
     import torch.distributed as dist
 
-    from enforcer import inner
+    from enforcer.comm import inner
 
     world, rank = dist.get_world_size(), dist.get_rank()
     store = dist.distributed_c10d._get_default_store()
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.iterations < 1 or args.plan_mib <= 0 or any(size < 64 for size in args.sizes):
         print("ucc_cluster: --iterations must be >= 1, --plan-mib > 0 and every size >= 64 bytes", file=sys.stderr)
         return 2
-    from enforcer import ucc
+    from enforcer.comm import ucc
     if not ucc.available():
         print(f"ucc_cluster: {ucc.why_unavailable()}", file=sys.stderr)
         return 2

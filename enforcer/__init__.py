@@ -5,16 +5,16 @@ torch.distributed; torch also imports it by itself through the
 ``torch.backends`` entry point (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``), so
 training scripts only change ``backend="p2enforcer"``.
 
-* :mod:`enforcer.native` — the C++ backend (``enforcer._native``, the default when built):
+* :mod:`enforcer.group.native` — the C++ backend (``enforcer._native``, the default when built):
   passthrough and trace in C++, plans through the same runtime;
-* :mod:`enforcer.backend` — the Python process group (``P2_ENFORCER_IMPL=python``);
+* :mod:`enforcer.group.python` — the Python process group (``P2_ENFORCER_IMPL=python``);
 * :mod:`enforcer.trace` — what it saw, exported as JSON;
-* :mod:`enforcer.bypass` — counts ops that reach the inner backend directly;
+* :mod:`enforcer.group.bypass` — counts ops that reach the inner backend directly;
 * :mod:`optimizer_service.plan.op_plan` — the plan it installs (pure);
-* :mod:`enforcer.runtime` — ordered dispatch of motifs over channels;
-* :mod:`enforcer.link`, :mod:`enforcer.prepare`, :mod:`enforcer.switching` — the link to the
+* :mod:`enforcer.runtime.plan_runtime` — ordered dispatch of motifs over channels;
+* :mod:`enforcer.link.link`, :mod:`enforcer.link.prepare`, :mod:`enforcer.link.switching` — the link to the
   optimizer service (``P2_SERVICE``): two-phase commit of plans, switched at agreed iterations;
-* :mod:`enforcer.p2p`, :mod:`enforcer.executor` (with the pure :mod:`optimizer_service.plan.layout`) —
+* :mod:`enforcer.comm.sendrecv`, :mod:`enforcer.programs.executor` (with the pure :mod:`optimizer_service.plan.layout`) —
   P² reduction programs on a flat tensor.
 """
 

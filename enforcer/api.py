@@ -7,8 +7,12 @@ import os
 from pathlib import Path
 
 
-from enforcer import bypass, state, switching
-from enforcer.group_core import group_of  # noqa: F401 — re-exported by the package
+from enforcer import groups, state
+from enforcer.group import bypass
+
+
+from enforcer.group.core import group_of  # noqa: F401 — re-exported by the package
+from enforcer.link import switching
 from enforcer.trace import trace_path
 from optimizer_service.metrics import enforcer_exposition
 from optimizer_service.plan import InvalidInputError
@@ -20,7 +24,7 @@ def register() -> str:
     """Register the ``p2enforcer`` backend (done on ``import enforcer``; idempotent);
     returns the implementation in use, ``cpp`` or ``python``. Only the Python group
     can be bypassed, so only it installs the bypass counter."""
-    from enforcer.backend import register as register_backend
+    from enforcer.group.python import register as register_backend
     state.settings()                  # read the P2_* settings once, now
     impl = register_backend()
     if impl == "python":
@@ -38,13 +42,13 @@ def step() -> int:
 
     With ``P2_SERVICE`` this is also where the rank reports the iteration to the
     service and, every ``P2_SWITCH_EVERY`` iterations, where all ranks agree on
-    the plan to run next (:mod:`enforcer.switching`): collective, like the ops."""
+    the plan to run next (:mod:`enforcer.link.switching`): collective, like the ops."""
     iteration = state.tracer().step()
-    groups = state.groups().values()
-    for group in groups:
+    live = groups.live().values()
+    for group in live:
         if group.runtime is not None:
             group.runtime.step()
-    for group in groups:
+    for group in live:
         if group.link is not None:
             group.link.iteration_done(iteration - 1)
             switching.at_boundary(group, group.link, iteration)
@@ -105,7 +109,7 @@ def install_plan(plan, group=None) -> None:
     on ``group`` (default: the world). Collective: every rank of the group calls
     it at the same point between iterations. Raises ``PlanError`` and leaves the
     group in its current mode when the plan does not fit the job."""
-    from enforcer.runtime import install
+    from enforcer.runtime.plan_file import install
     install(_enforcer_group(group), plan)
 
 

@@ -19,7 +19,7 @@ naming the variable (the backend then keeps its defaults and logs it).
 ``P2_ENFORCER_IMPL``   ``cpp`` (the C++ backend, default when it is built) or
                        ``python`` (the Python process group)
 ``P2_SERVICE``         the optimizer service's ``host:port``: each rank links to it
-                       (:mod:`enforcer.link`); unset, nothing changes
+                       (:mod:`enforcer.link.link`); unset, nothing changes
 ``P2_TOKEN``           its bearer token (``P2_TOKEN_FILE``: a file holding it,
                        read when the link starts; the file wins)
 ``P2_TLS_CA``          talk TLS, trusting this CA (PEM); ``P2_TLS_CERT`` and

@@ -1,4 +1,4 @@
-"""Process-wide enforcer state: the trace, the live groups, and the export at exit.
+"""Process-wide enforcer state: the settings, the trace, and its export at exit.
 
 One training process is one rank; every ``p2enforcer`` group in it shares one
 :class:`~enforcer.trace.Tracer` (created with the default group, whose rank
@@ -12,16 +12,12 @@ import atexit
 import logging
 import os
 import threading
-import weakref
-
 from enforcer.settings import EnforcerSettings
 from enforcer.trace import Tracer, trace_path
 
 log = logging.getLogger("enforcer")
 
 _tracer: Tracer | None = None
-_groups: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_tls = threading.local()
 _lock = threading.Lock()
 _exported: Tracer | None = None           # the trace P2_TRACE_FILE already holds
 _settings: EnforcerSettings | None = None
@@ -57,7 +53,7 @@ def tracer() -> Tracer:
 
 def reset_tracer(rank: int, size: int, kind: type[Tracer] = Tracer) -> Tracer:
     """Start a fresh trace (a default group is being made); ``kind``: the C++ backend's
-    groups record into a :class:`enforcer.native.NativeTracer`."""
+    groups record into a :class:`enforcer.group.native_trace.NativeTracer`."""
     with _lock:
         return _start(rank, size, kind)
 
@@ -68,32 +64,6 @@ def _start(rank: int, size: int, kind: type[Tracer] = Tracer) -> Tracer:
         atexit.register(export_from_env)
     _tracer = kind(rank, size, settings().trace_limit)
     return _tracer
-
-
-def register_group(group) -> None:
-    _groups[group.group_label] = group
-
-
-def unregister_group(group) -> None:
-    if _groups.get(group.group_label) is group:
-        del _groups[group.group_label]
-
-
-def groups() -> dict:
-    return dict(_groups)
-
-
-def group_named(name: str):
-    return _groups.get(name)
-
-
-def entered() -> None:
-    """Mark that an op entered an enforcer group on this thread (see :mod:`enforcer.bypass`)."""
-    _tls.entered = getattr(_tls, "entered", 0) + 1
-
-
-def entered_count() -> int:
-    return getattr(_tls, "entered", 0)
 
 
 def export_from_env() -> None:

@@ -27,7 +27,7 @@ op, plan order, channel, the wait for its turn, its start and duration on the
 channel: what replanning and cost re-fitting read), ``bypassed`` counts ops that reached the inner
 backend without passing through the enforcer, and ``switches`` lists the plans
 the optimizer service switched this rank to (``iteration``, ``version``, and
-``at``, seconds since the trace started; :mod:`enforcer.switching`): ops are
+``at``, seconds since the trace started; :mod:`enforcer.link.switching`): ops are
 ``enforced`` from that iteration on.
 """
 
@@ -153,7 +153,7 @@ class Tracer:
         return found[:limit], max(0, len(found) - limit)
 
     def switched(self, version: int, iteration: int) -> None:
-        """A service plan runs from ``iteration`` on (:mod:`enforcer.switching`)."""
+        """A service plan runs from ``iteration`` on (:mod:`enforcer.link.switching`)."""
         with self._lock:
             self.switches.append({"iteration": iteration, "version": version, "at": self.now()})
 

@@ -12,7 +12,7 @@ Without a launcher (no ``RANK`` in the environment) it starts as many local
 ranks as the meshes need (gloo on loopback); under ``torchrun`` or ``p2
 cluster run`` each process is one rank of the job. Every rank plans the same
 program — the planner is deterministic without a clock — and builds one
-:class:`enforcer.reshard.Resharder` (collective: all ranks, subgroups made once).
+:class:`enforcer.reshard.resharder.Resharder` (collective: all ranks, subgroups made once).
 The tensor is a fixed function of the element index, so each source rank cuts
 its shard from it and each destination rank checks what it received. A run's
 time is the slowest rank's; rank 0 prints the plan and the times, and with
@@ -32,8 +32,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-from enforcer.reshard import Resharder
+from enforcer.reshard.resharder import Resharder
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.reshard import default_topology
 from optimizer_service.errors import InvalidInputError

@@ -13,7 +13,7 @@ mesh and each micro-batch's activation, ``(batch / microbatches) × H``, is
 plans the two resharding programs of every boundary with the optimizer's
 planner (activation ``S^0R`` on mesh ``s`` → ``S^0R`` on mesh ``s+1``, and its
 gradient back; deterministic, so all ranks plan the same) and the enforcer's
-:class:`~enforcer.pipeline.PipelineRuntime` runs the schedule: the training
+:class:`~enforcer.pipeline.runtime.PipelineRuntime` runs the schedule: the training
 thread computes, one thread per boundary and direction moves the tensors.
 After the last micro-batch the weight gradients are summed inside each stage
 mesh and SGD steps.
@@ -42,7 +42,7 @@ on the slowest rank, before the gradient all-reduce), ``losses``,
 step), ``stage_action_seconds`` (median duration of each action kind per
 stage), ``simulated_seconds`` (the planner's simulator run with those
 durations and the predicted transfers) and ``records`` (the last step's
-:class:`~enforcer.pipeline_records.IterationRecord` of every rank, as text).
+:class:`~enforcer.pipeline.records.IterationRecord` of every rank, as text).
 With several schedules the document is ``{"interleaved": true, "runs": [one
 per schedule], "median_ratio_to_first": {name: median / the first's}}``.
 
@@ -73,7 +73,7 @@ import torch.distributed as dist
 from torch import nn
 
 from deploy.emulated.model import cluster_topology
-from enforcer.pipeline import PipelineRuntime
+from enforcer.pipeline.runtime import PipelineRuntime
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.pipeline import ActionKind, PipelineSchedule

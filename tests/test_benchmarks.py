@@ -1,6 +1,7 @@
 """The synthesis benchmark's configurations reproduce the paper's program counts,
 and the benchmark scripts run end to end (timings are reported, never asserted)."""
 
+import importlib
 import json
 
 import pytest
@@ -142,14 +143,14 @@ def _run_benchmark(script: str, *args: str, timeout: int = 900):
 
 
 @pytest.mark.multiproc
-@pytest.mark.skipif(not __import__("enforcer.native").native.available(), reason="the C++ backend is not built")
+@pytest.mark.skipif(not importlib.import_module("enforcer.group.native").available(), reason="the C++ backend is not built")
 def test_overhead_benchmark_measures_both_implementations(tmp_path):
     done = _run_benchmark("enforcer_overhead.py", "--worlds", "1", "--rounds", "2", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     assert "goals (C++ backend)" in done.stdout
     rows = json.loads((tmp_path / "enforcer_overhead.json").read_text())["rows"]
     sizes = ["16 MiB", "256 B, plan of 8 motifs", "8 B"]
-    if __import__("enforcer.ucc").ucc.available():
+    if importlib.import_module("enforcer.comm.ucc").available():
         sizes.insert(2, "256 B, plan of 8 motifs on UCC")
     assert sorted((r["impl"], r["size"]) for r in rows) == [(impl, size) for impl in ("cpp", "python") for size in sizes]
     assert all(r["gloo_seconds"] > 0 and r["p2enforcer_seconds"] > 0 for r in rows)
@@ -160,7 +161,7 @@ def test_overhead_benchmark_measures_both_implementations(tmp_path):
 @pytest.mark.multiproc
 @pytest.mark.slow
 @pytest.mark.skipif(not can_manage_namespaces(), reason="needs CAP_NET_ADMIN (run as root) for the emulated cluster")
-@pytest.mark.skipif(not __import__("enforcer.ucc").ucc.available(), reason="the UCC backend is not built")
+@pytest.mark.skipif(not importlib.import_module("enforcer.comm.ucc").available(), reason="the UCC backend is not built")
 def test_ucc_benchmark_compares_collectives_and_the_two_channel_plan(tmp_path):
     done = _run_benchmark("ucc_cluster.py", "--sizes", "65536", "--iterations", "1", "--plan-mib", "1",
                           "--out", str(tmp_path))

@@ -1,4 +1,4 @@
-// The dispatcher's decisions, as a pure function: the twin of enforcer/dispatch.py
+// The dispatcher's decisions, as a pure function: the twin of enforcer/runtime/dispatch.py
 // (Syndicate Pseudocode 2, §4.4; read its docstring for the rules — plan order
 // over slots, waits counted only while ready work is held back, promotion of an
 // op the program waits on, skipping ops that never came once the iteration is
@@ -12,7 +12,7 @@
 
 namespace p2::dispatch {
 
-// Waits at most this long (seconds) are not reported (enforcer.dispatch.MIN_WAIT).
+// Waits at most this long (seconds) are not reported (enforcer.runtime.dispatch.MIN_WAIT).
 constexpr double kMinWait = 1e-5;
 
 struct Slot {

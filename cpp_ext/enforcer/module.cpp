@@ -1,5 +1,5 @@
 // The pybind11 module enforcer._native: the C++ p2enforcer backend and its trace.
-// enforcer/native.py is its only caller.
+// enforcer/group/native.py is its only caller.
 #include <algorithm>
 #include <optional>
 
@@ -91,7 +91,7 @@ py::list entries(const std::vector<p2::OpEntry>& found) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "The p2enforcer c10d::Backend in C++ and its trace ring buffer (see enforcer/native.py).";
+  m.doc() = "The p2enforcer c10d::Backend in C++ and its trace ring buffer (see enforcer/group/native.py).";
   py::module_::import("torch.distributed");       // registers c10d::Backend with pybind11 first
 
   py::class_<p2::OpTrace, std::shared_ptr<p2::OpTrace>>(m, "OpTrace")
@@ -164,7 +164,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   // ---------------------------------------------------------------------------------------------------------------
   // testing: parity bindings of the motifs (motifs.cpp) and the op buffers (op_buffer.cpp) against their Python
-  // twins enforcer/p2p.py and enforcer/buffers.py (and ucc_motifs.cpp against enforcer/ucc_motifs.py); only
+  // twins enforcer/comm/sendrecv.py and enforcer/runtime/buffers.py (and ucc_motifs.cpp against enforcer/runtime/ucc_motifs.py); only
   // tests/enforcer/test_native_motifs.py and tests/ucc/test_ucc_native_motifs.py call them. The motifs
   // run on a bare Python dist.Backend made for exactly `members` (this rank at its position), with the GIL released.
   {
@@ -197,7 +197,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 },
                 py::arg("inputs"), py::arg("outputs"), py::arg("columns"), py::arg("window"), py::arg("members"),
                 py::arg("backend"), py::arg("rank"), released);
-    // ucc_motifs.cpp against enforcer/ucc_motifs.py: one motif on a UCC backend made for sorted(members).
+    // ucc_motifs.cpp against enforcer/runtime/ucc_motifs.py: one motif on a UCC backend made for sorted(members).
     testing.def("ucc_motif", [](const std::string& kind, const at::Tensor& buffer, std::optional<at::Tensor> output,
                                 const p2::Ranges& ranges, Span window, const Members& members, int64_t rank,
                                 py::object backend) {
@@ -235,7 +235,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 },
                 py::arg("plan_kind"), py::arg("tensors"), py::arg("output"), py::arg("input"), py::arg("reduce_op"),
                 py::arg("root"), py::arg("key_root"), py::arg("size"), py::arg("rank"));
-    // The dispatcher's decision (dispatch.hpp), for the parity test against enforcer.dispatch.next_step.
+    // The dispatcher's decision (dispatch.hpp), for the parity test against enforcer.runtime.dispatch.next_step.
     testing.def("next_step", [](std::vector<std::vector<int64_t>> orders, size_t position, std::optional<double> since,
                                 std::vector<std::tuple<int, std::vector<bool>, bool>> ops, bool closed, double now) {
                   auto schedule = p2::dispatch::Schedule::of(std::move(orders));

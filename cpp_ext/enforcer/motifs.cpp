@@ -1,5 +1,5 @@
 // The motifs of a plan over an inner backend's send and recv: the twins of
-// enforcer/p2p.py. Each function below follows its Python namesake step for
+// enforcer/comm/sendrecv.py. Each function below follows its Python namesake step for
 // step — the same rounds, the same tags, receives posted before sends in the
 // same order, nothing sent for an empty part — so a C++ rank and a Python
 // rank can run one motif together and the sums come out in the same order

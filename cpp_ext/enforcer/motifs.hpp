@@ -1,5 +1,5 @@
 // The motifs of a plan in C++: bandwidth-optimal collectives over an inner
-// backend's send and recv, and an all-to-all window. Twins of enforcer/p2p.py
+// backend's send and recv, and an all-to-all window. Twins of enforcer/comm/sendrecv.py
 // (same algorithms, same tags, same message order, so a C++ rank and a Python
 // rank interoperate and results are bit-identical); see its docstring for
 // the algorithms and why gloo's own reduce_scatter is not used.
@@ -22,10 +22,10 @@ namespace p2 {
 
 enum class MotifKind : uint8_t { AllReduce, ReduceScatter, AllGather, Reduce, Broadcast, AllToAll };
 
-// Segment size of the pipelined chains (bytes): enforcer.p2p.CHAIN_SEGMENT_BYTES.
+// Segment size of the pipelined chains (bytes): enforcer.comm.sendrecv.CHAIN_SEGMENT_BYTES.
 constexpr int64_t kChainSegmentBytes = int64_t{1} << 20;
 
-// Point-to-point over a bare backend whose ranks are `members`' positions (enforcer.p2p.BackendPeers).
+// Point-to-point over a bare backend whose ranks are `members`' positions (enforcer.comm.sendrecv.BackendPeers).
 // A backend without point-to-point (UCC) comes with its v-collectives instead (ucc_motifs.hpp).
 class Peers {
  public:
@@ -44,17 +44,17 @@ class Peers {
   VCollectives* v_collectives_;                         // part of backend_, which keeps it alive
 };
 
-// enforcer.p2p.reduce_scatter: ring; on return parts[i] of member i holds the sum.
+// enforcer.comm.sendrecv.reduce_scatter: ring; on return parts[i] of member i holds the sum.
 void reduce_scatter(const std::vector<at::Tensor>& parts, const std::vector<int64_t>& members, const Peers& peers);
-// enforcer.p2p.all_gather: ring; fills every parts[j] with member j's parts[j].
+// enforcer.comm.sendrecv.all_gather: ring; fills every parts[j] with member j's parts[j].
 void all_gather(const std::vector<at::Tensor>& parts, const std::vector<int64_t>& members, const Peers& peers);
-// enforcer.p2p.reduce: pipelined chain into members[0].
+// enforcer.comm.sendrecv.reduce: pipelined chain into members[0].
 void reduce(const at::Tensor& buffer, const std::vector<int64_t>& members, const Peers& peers,
             int64_t segment_bytes = kChainSegmentBytes);
-// enforcer.p2p.broadcast: pipelined chain from members[0].
+// enforcer.comm.sendrecv.broadcast: pipelined chain from members[0].
 void broadcast(const at::Tensor& buffer, const std::vector<int64_t>& members, const Peers& peers,
                int64_t segment_bytes = kChainSegmentBytes);
-// enforcer.p2p.all_to_all: one splined all-to-all motif over (N, D) blocks.
+// enforcer.comm.sendrecv.all_to_all: one splined all-to-all motif over (N, D) blocks.
 void all_to_all(const at::Tensor& inputs, const at::Tensor& outputs, std::pair<int64_t, int64_t> columns,
                 std::pair<int64_t, int64_t> window, const std::vector<int64_t>& members, const Peers& peers);
 

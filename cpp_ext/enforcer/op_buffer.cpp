@@ -1,4 +1,4 @@
-// The buffer adapters of planned ops: the twins of enforcer/buffers.py, one
+// The buffer adapters of planned ops: the twins of enforcer/runtime/buffers.py, one
 // class per plan kind, each deciding in adopt() whether the plan can run the
 // call's arguments (no copies there), then readying the buffer in begin()
 // and writing the result back in finish().

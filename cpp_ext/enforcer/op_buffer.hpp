@@ -1,5 +1,5 @@
 // How a planned op's tensors become the buffer its motifs address: the twin
-// of enforcer/buffers.py (read its docstring: in place for all_reduce and
+// of enforcer/runtime/buffers.py (read its docstring: in place for all_reduce and
 // broadcast, the flat output for all_gather_into_tensor, a copy of the input
 // for reduce_scatter_tensor, (N, D) blocks for even all_to_all_single; SUM,
 // and AVG on floating point as the sum divided by the group size at the end).

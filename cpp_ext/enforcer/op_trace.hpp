@@ -6,7 +6,7 @@
 // enforced, root. Times are seconds on the monotonic clock (the clock Python's
 // time.perf_counter reads) since `started`, so records and the Python side's
 // waits and motifs share one time line. The ring keeps the newest `capacity`
-// ops; older ones are counted as dropped. enforcer/native.py turns a snapshot
+// ops; older ones are counted as dropped. enforcer/group/native.py turns a snapshot
 // into the trace format.
 #pragma once
 

@@ -1,10 +1,10 @@
-// Enforcing a plan in C++: the twin of enforcer/runtime.py's PlanRuntime (Syndicate §5,
+// Enforcing a plan in C++: the twin of enforcer/runtime/plan_runtime.py's PlanRuntime (Syndicate §5,
 // Pseudocode 2; read its docstring). Ops the plan names are submitted by the backend
 // without Python; a dispatcher thread walks the iteration's motifs in plan order
 // (dispatch.hpp decides), measuring its waits, and hands each motif to its channel's
 // worker thread, which runs it on that channel's bare inner backend (motifs.hpp).
 //
-// Python builds it (enforcer/native_runtime.py): the plan's ops as plain values and
+// Python builds it (enforcer/runtime/native.py): the plan's ops as plain values and
 // the channel backends, made collectively by the Python PlanRuntime it derives from.
 // The one call back into Python is the plan check of an op size not seen before
 // (OpPlan.validate, once per op and size). Motifs of a channel whose backend is

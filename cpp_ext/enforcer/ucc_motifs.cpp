@@ -1,4 +1,4 @@
-// Motifs as one UCC collective each: the twins of enforcer/ucc_motifs.py, step
+// Motifs as one UCC collective each: the twins of enforcer/runtime/ucc_motifs.py, step
 // for step (the same collectives with the same counts and displacements).
 #include "ucc_motifs.hpp"
 

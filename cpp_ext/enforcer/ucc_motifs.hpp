@@ -1,4 +1,4 @@
-// The motifs of a plan on a UCC channel, in C++: the twins of enforcer/ucc_motifs.py
+// The motifs of a plan on a UCC channel, in C++: the twins of enforcer/runtime/ucc_motifs.py
 // (read its docstring for each form). UCC has no send/recv, so each motif is one
 // collective of the channel's backend — allreduce, reduce and broadcast through
 // c10d::Backend, the rest through its p2::VCollectives — issued the same way as
@@ -23,7 +23,7 @@ namespace p2 {
 
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;
 
-// One motif on this rank (`me`), as enforcer.ucc_motifs.run: `buffer` is the op's flat buffer, or its input's
+// One motif on this rank (`me`), as enforcer.runtime.ucc_motifs.run: `buffer` is the op's flat buffer, or its input's
 // (N, D) blocks for ALL_TO_ALL (`output`: the output's blocks; undefined otherwise).
 void run_ucc_motif(MotifKind kind, const at::Tensor& buffer, const at::Tensor& output, const Ranges& ranges,
                    std::pair<int64_t, int64_t> window, const std::vector<int64_t>& members, int64_t me,

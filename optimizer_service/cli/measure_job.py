@@ -1,4 +1,4 @@
-"""Run a measurement module (:mod:`enforcer.measure`, :mod:`enforcer.measure_reshard`)
+"""Run a measurement module (:mod:`enforcer.measure.programs`, :mod:`enforcer.measure.reshard`)
 on every rank of an emulated cluster.
 
 Shared by ``p2 bench reduce`` and ``p2 calibrate`` (lowered programs: each run
@@ -45,7 +45,7 @@ class Measured:
 def measure(info: ClusterInfo, runs: list[Run], *, warmup: int, repeat: int, no_shaping: bool = False,
             timeout: float | None = None, master_port: int | None = None) -> dict[str, Measured]:
     spec = {"warmup": warmup, "repeat": repeat, "runs": [run.to_dict() for run in runs]}
-    return run_measurement(info, "enforcer.measure", spec, no_shaping=no_shaping, timeout=timeout,
+    return run_measurement(info, "enforcer.measure.programs", spec, no_shaping=no_shaping, timeout=timeout,
                            master_port=master_port)
 
 

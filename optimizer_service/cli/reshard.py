@@ -140,7 +140,7 @@ def reshard(settings: Settings, shape: tuple[int, ...], src_text: str, dst_text:
             click.echo(f"gantt chart -> {gantt_out}", err=True)
 
 
-#: The element sizes ``enforcer.measure_reshard`` has a dtype for.
+#: The element sizes ``enforcer.measure.reshard`` has a dtype for.
 DTYPE_BYTES = (1, 2, 4, 8)
 
 
@@ -155,6 +155,6 @@ def _measure(info, plans, repeat: int, no_shaping: bool, settings: Settings) -> 
             "runs": [{"id": plan.algorithm, "program": str(plan.program)} for plan in plans]}
     click.echo(f"p2 reshard: measuring {len(plans)} plan(s) on cluster {info.name} ({info.world_size} ranks)",
                err=True)
-    results = run_measurement(info, "enforcer.measure_reshard", spec, no_shaping=no_shaping,
+    results = run_measurement(info, "enforcer.measure.reshard", spec, no_shaping=no_shaping,
                               master_port=settings.master_port)
     return {run_id: result.median for run_id, result in results.items()}

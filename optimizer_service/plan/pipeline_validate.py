@@ -6,7 +6,7 @@ It lives in the contract package because both planes check with it: the
 planner (:mod:`optimizer_service.resharding`: the schedule generators, the
 simulator, ``p2 pipeline``), Syndicate's pipeline DAG (its program order is
 the dry run's) and the data plane's pipeline runtime
-(:mod:`enforcer.pipeline_check`, which may import only this package) — so a
+(:mod:`enforcer.pipeline.check`, which may import only this package) — so a
 schedule the planner accepts is one the runtime accepts, with the same
 message.
 

@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 import enforcer
-from enforcer import plan_groups
+from enforcer.runtime import plan_groups
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import comm_op, rewrite
 from optimizer_service.plan.op_plan import OpKey, OpPlan
@@ -50,7 +50,7 @@ def counted_collectives(iterations: int = 3) -> dict:
 
 def subgroup_plans(iterations: int = 3) -> dict:
     """4 ranks: a service-style plan on the world and on ``new_group`` subgroups ([0,1]/[2,3]
-    and [0,2]/[1,3]) built and installed together (:mod:`enforcer.plan_groups`), ops compared
+    and [0,2]/[1,3]) built and installed together (:mod:`enforcer.runtime.plan_groups`), ops compared
     with plain gloo; then a plan for the world only sends the subgroups back to passthrough."""
     rank = dist.get_rank()
     replicas, peers = [dist.new_group(r) for r in ([0, 1], [2, 3])], [dist.new_group(r) for r in ([0, 2], [1, 3])]

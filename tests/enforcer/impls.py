@@ -5,8 +5,7 @@ Tests that exercise both take ``impl`` from :data:`IMPLS` and pass
 built (no compiler), its cases are skipped with the reason."""
 
 import pytest
-
-from enforcer import native
+from enforcer.group import native
 
 CPP = pytest.param("cpp", marks=pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "built"))
 IMPLS = [CPP, "python"]

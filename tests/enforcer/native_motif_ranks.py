@@ -2,7 +2,7 @@
 
 Every rank builds the same list of motif cases (:func:`cases`) and, for each
 member set it belongs to, three bare gloo backends: one where every member
-runs enforcer/p2p.py, one where every member runs the C++ twin
+runs enforcer/comm/sendrecv.py, one where every member runs the C++ twin
 (``enforcer._native.testing``), and one where members alternate between the
 two. Inputs are seeded by (case, rank), so all three runs start from the same
 numbers; the C++ and the mixed results must equal the Python ones bit for bit.
@@ -16,8 +16,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
-from enforcer import p2p
+from enforcer.comm import sendrecv
 
 DTYPES = ("float32", "float64", "int64")
 #: > 1 MiB in every dtype: two segments of the default chain, parts of > 100 KiB on 8 ranks.
@@ -34,7 +33,7 @@ class Case:
     dtype: str
     sizes: tuple[int, ...] = ()
     numel: int = 0
-    segment_bytes: int = p2p.CHAIN_SEGMENT_BYTES
+    segment_bytes: int = sendrecv.CHAIN_SEGMENT_BYTES
     width: int = 0
     columns: tuple[int, int] = (0, 0)
     window: tuple[int, int] = (0, 0)
@@ -63,8 +62,8 @@ def cases(p: int) -> list[Case]:
     for dtype in DTYPES:
         for sizes in (spread(0), spread(1), spread(7 * p + 3), tuple(3 * j for j in range(p)), spread(LARGE)):
             found += [Case("reduce_scatter", dtype, sizes=sizes), Case("all_gather", dtype, sizes=sizes)]
-        for numel, segment in ((0, p2p.CHAIN_SEGMENT_BYTES), (1, p2p.CHAIN_SEGMENT_BYTES), (37, 1), (1000, 64),
-                               (LARGE, p2p.CHAIN_SEGMENT_BYTES)):
+        for numel, segment in ((0, sendrecv.CHAIN_SEGMENT_BYTES), (1, sendrecv.CHAIN_SEGMENT_BYTES), (37, 1), (1000, 64),
+                               (LARGE, sendrecv.CHAIN_SEGMENT_BYTES)):
             found += [Case(motif, dtype, numel=numel, segment_bytes=segment) for motif in ("reduce", "broadcast")]
         for width, columns, window in ((0, (0, 0), (0, p)), (1, (0, 1), (0, p)), (5, (1, 4), (1, p)),
                                        (5, (0, 5), (0, 1)), (5, (3, 3), (0, p)), (7, (2, 7), (1, max(2, p - 1))),
@@ -87,7 +86,7 @@ def run_case(index: int, case: Case, native: bool, members: list[int], backend: 
 
     rank = dist.get_rank()
     cpp = _native.testing
-    peers = p2p.BackendPeers(backend, members, rank)
+    peers = sendrecv.BackendPeers(backend, members, rank)
     if case.motif in ("reduce_scatter", "all_gather"):
         flat = data(index, rank, (sum(case.sizes),), case.dtype)
         parts = list(flat.split(list(case.sizes)))
@@ -108,7 +107,7 @@ def run_case(index: int, case: Case, native: bool, members: list[int], backend: 
     if native:
         cpp.all_to_all(inputs, outputs, case.columns, case.window, members, backend, rank)
     else:
-        p2p.all_to_all(inputs, outputs, case.columns, case.window, members, peers)
+        sendrecv.all_to_all(inputs, outputs, case.columns, case.window, members, peers)
     return torch.cat([inputs.view(-1), outputs.view(-1)])
 
 
@@ -184,7 +183,7 @@ def compare_motifs() -> dict[str, object]:
             got = run_case(index, case, True, members, native_backend)
             mixed = run_case(index, case, mixed_native, members, mixed_backend)
             exact = expected(index, case, members)
-            record_case(report, f"members {members} rank {rank}: {case}", "p2p.py", members, want, got, mixed,
+            record_case(report, f"members {members} rank {rank}: {case}", "sendrecv.py", members, want, got, mixed,
                         exact, None if exact is None else own_block(case, members, want))
         made += [python_backend, native_backend, mixed_backend]
     dist.barrier()              # nobody closes a backend while a peer still reads from it

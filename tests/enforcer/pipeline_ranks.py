@@ -1,5 +1,5 @@
 """A small pipeline model, its data and reference, and what each rank runs in
-the multiproc pipeline-runtime tests (:mod:`enforcer.pipeline`).
+the multiproc pipeline-runtime tests (:mod:`enforcer.pipeline.runtime`).
 
 Every rank builds the same stage modules (float64, one seed); stage ``s``'s
 ranks hold micro-batch ``m``'s rows the boundary programs give them (``S^0R``
@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from enforcer.pipeline import PipelineRuntime
+from enforcer.pipeline.runtime import PipelineRuntime
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.pipeline import PipelineSchedule
 from optimizer_service.plan.resharding import Box, ReshardProgram

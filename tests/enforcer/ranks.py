@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-
-from enforcer import p2p
-from enforcer.executor import ProgramExecutor
+from enforcer.comm import sendrecv
+from enforcer.programs.executor import ProgramExecutor
 from optimizer_service.plan.lowered import LoweredProgram, flat_allreduce
 
 
@@ -66,7 +65,7 @@ def check_p2p(members: list[int], sizes: list[int], dtype_name: str) -> None:
 
     exact = [sum(inputs(r)[j] for r in members) for j in range(len(members))]
     parts = inputs(rank)
-    p2p.reduce_scatter(parts, members, group)
+    sendrecv.reduce_scatter(parts, members, group)
     _equal_or_fail(f"reduce_scatter {what}", parts[i], exact[i])
     if len(set(sizes)) == 1 and sizes[0] and members == sorted(members):
         gloo_out = torch.empty(sizes[0], dtype=dtype)
@@ -75,7 +74,7 @@ def check_p2p(members: list[int], sizes: list[int], dtype_name: str) -> None:
 
     parts = [torch.full((n,), -1, dtype=dtype) for n in sizes]
     parts[i].copy_(inputs(rank)[i])
-    p2p.all_gather(parts, members, group)
+    sendrecv.all_gather(parts, members, group)
     for j, r in enumerate(members):
         _equal_or_fail(f"all_gather part {j} {what}", parts[j], inputs(r)[j])
     if len(set(sizes)) == 1 and members == sorted(members):
@@ -85,14 +84,14 @@ def check_p2p(members: list[int], sizes: list[int], dtype_name: str) -> None:
             _equal_or_fail(f"gloo all_gather {what}", parts[j], gathered[j])
 
     root = members[0]
-    for segment_bytes in (p2p.CHAIN_SEGMENT_BYTES, max(4, total // 5)):
+    for segment_bytes in (sendrecv.CHAIN_SEGMENT_BYTES, max(4, total // 5)):
         data = rank_input(rank, total, dtype)
-        p2p.reduce(data, members, group, segment_bytes=segment_bytes)
+        sendrecv.reduce(data, members, group, segment_bytes=segment_bytes)
         gloo = rank_input(rank, total, dtype)
         dist.reduce(gloo, dst=root, group=group)
         if rank == root:
             _equal_or_fail(f"reduce {what}", data, sum(rank_input(r, total, dtype) for r in members))
             _equal_or_fail(f"gloo reduce {what}", data, gloo)
         data = rank_input(rank, total, dtype)
-        p2p.broadcast(data, members, group, segment_bytes=segment_bytes)
+        sendrecv.broadcast(data, members, group, segment_bytes=segment_bytes)
         _equal_or_fail(f"broadcast {what}", data, rank_input(root, total, dtype))

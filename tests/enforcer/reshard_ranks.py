@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-
-from enforcer.executor import GroupCache
-from enforcer.reshard import Resharder
+from enforcer.comm.subgroups import GroupCache
+from enforcer.reshard.resharder import Resharder
 from optimizer_service.plan.resharding import Box, ReshardProgram, ReshardTask, Strategy
 
 ALL = tuple(Strategy)
@@ -120,7 +119,7 @@ def check_programs(cases: list[tuple[str, str]], repeats: int = 2) -> dict[str, 
 def check_input_errors_timing_and_cache(text: str) -> dict:
     """On one program: a wrong shard and a missing dtype fail with one line before
     any message; the world still works after; ``run_timed`` and ``reshard``'s cache."""
-    from enforcer import reshard_api
+    from enforcer.reshard import api as reshard_api
     from optimizer_service.errors import InvalidInputError
 
     rank = dist.get_rank()
@@ -204,7 +203,7 @@ def check_dtensors(cases: list[tuple], uneven: tuple) -> dict:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-    from enforcer.reshard_api import mesh_ranks, reshard_dtensor, spec_from_placements
+    from enforcer.reshard.api import mesh_ranks, reshard_dtensor, spec_from_placements
     from optimizer_service.errors import InvalidInputError
     from optimizer_service.hardware.topology import Topology
     from optimizer_service.resharding.mesh import Mesh

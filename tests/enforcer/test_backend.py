@@ -5,10 +5,9 @@ import subprocess
 import sys
 
 import pytest
-
 from enforcer.trace import detect_period, trace_path
 from tests.enforcer import backend_ranks
-from enforcer import native
+from enforcer.group import native
 from tests.enforcer.impls import IMPLS, impl_env
 from tests.support.multiproc import run_world
 

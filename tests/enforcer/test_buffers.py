@@ -10,9 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.distributed as dist
-
-from enforcer.buffers import BUFFERS, AllGatherBuffer, AllReduceBuffer, ReduceScatterBuffer
-from enforcer.runtime import PlanRuntime
+from enforcer.runtime.buffers import BUFFERS, AllGatherBuffer, AllReduceBuffer, ReduceScatterBuffer
+from enforcer.runtime.plan_runtime import PlanRuntime
 from optimizer_service.plan import Collective, OpKey, OpPlan, Plan
 from optimizer_service.plan.motif import comm_op
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from deploy.emulated import can_manage_namespaces, create_cluster, destroy_cluster, nic_drops, run_ranks
-from enforcer.runtime import channel_interface
+from enforcer.runtime.plan_runtime import channel_interface
 from optimizer_service.plan.plan import Plan
 
 RANKS = Path(__file__).with_name("nic_ranks.py")

@@ -1,6 +1,6 @@
 """The dispatcher's decisions (Syndicate Pseudocode 2) on hand-built iterations, without processes.
 
-:func:`enforcer.dispatch.next_step` is driven the way the runtime's dispatcher
+:func:`enforcer.runtime.dispatch.next_step` is driven the way the runtime's dispatcher
 thread drives it: hand over what it returns (marking the motifs dispatched),
 and stop where it blocks; the test then changes the iteration (ops submitted,
 waited on, the iteration closed) and time, and drives it on.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from enforcer.dispatch import MIN_WAIT, Cursor, Schedule, Slot, next_step
+from enforcer.runtime.dispatch import MIN_WAIT, Cursor, Schedule, Slot, next_step
 
 
 @dataclass

@@ -16,8 +16,7 @@ from concurrent import futures
 import grpc
 import pytest
 import torch.distributed as dist
-
-from enforcer.link import BACKOFF_MAX, TELEMETRY_QUEUE, Link, RankIdentity, _store_address, backoff
+from enforcer.link.link import BACKOFF_MAX, TELEMETRY_QUEUE, Link, RankIdentity, _store_address, backoff
 from enforcer.settings import EnforcerSettings
 from enforcer.trace import Tracer
 from p2.v1 import enforcer_link_pb2 as link_pb2
@@ -29,7 +28,7 @@ IDENTITY = RankIdentity("unit-job", 1, 2, "host", 1, "cpu:gloo", "2.x", "test", 
 
 
 class NoPlans:
-    """Stands in for :class:`enforcer.prepare.PreparedPlans` (these tests build nothing)."""
+    """Stands in for :class:`enforcer.link.prepare.PreparedPlans` (these tests build nothing)."""
 
     def __init__(self) -> None:
         self.closed = False
@@ -195,7 +194,7 @@ def test_motif_timings_go_with_their_iteration_and_sum_into_their_op_wait():
 
 
 def test_p2_topology_goes_as_a_documents_text_or_a_presets_name(tmp_path, caplog):
-    from enforcer.link import _topology
+    from enforcer.link.link import _topology
 
     document = tmp_path / "topology.yaml"
     document.write_text("name: mine\nlevels: []\n")

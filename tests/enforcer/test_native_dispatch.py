@@ -1,5 +1,5 @@
 """The C++ dispatcher's decision (``cpp_ext/enforcer/dispatch.cpp``) equals its Python twin
-:func:`enforcer.dispatch.next_step` on random schedules and iterations: every slot position, ops
+:func:`enforcer.runtime.dispatch.next_step` on random schedules and iterations: every slot position, ops
 submitted in any order with any motifs already handed over, waited on or not, the iteration open or
 closed, and a held-back time or none."""
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from enforcer import native
-from enforcer.dispatch import Cursor, Schedule, next_step
+from enforcer.group import native
+from enforcer.runtime.dispatch import Cursor, Schedule, next_step
 from tests.enforcer.test_dispatch import Iteration, Op
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "built")

@@ -1,13 +1,13 @@
 """The C++ motifs (cpp_ext/enforcer/motifs.cpp) and op buffers (op_buffer.cpp) against their Python twins.
 
 * Multiproc (loopback gloo, 2, 3, 4 and 8 ranks): every motif of
-  enforcer/p2p.py, on all ranks and on a proper subset in shuffled order, in
+  enforcer/comm/sendrecv.py, on all ranks and on a proper subset in shuffled order, in
   float32/float64/int64, empty, one element, uneven and empty parts, many
-  segments and > 1 MiB: the C++ result equals p2p.py's bit for bit, and C++
+  segments and > 1 MiB: the C++ result equals sendrecv.py's bit for bit, and C++
   and Python ranks run one motif together (same tags, same message order).
 * In process: a rank that is not a member and a wrong number of parts are
-  one-line ValueErrors, as in p2p.py; every buffer adapter (incl. the calls
-  that pass through) behaves as enforcer/buffers.py's.
+  one-line ValueErrors, as in sendrecv.py; every buffer adapter (incl. the calls
+  that pass through) behaves as enforcer/runtime/buffers.py's.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from datetime import timedelta
 import pytest
 import torch
 import torch.distributed as dist
+from enforcer.comm import sendrecv
 
-from enforcer import buffers, native, p2p
+from enforcer.group import native
+from enforcer.runtime import buffers
 from optimizer_service.plan import OpKey
 from tests.enforcer import native_motif_ranks
 from tests.support.multiproc import run_world
@@ -70,16 +72,16 @@ def alone() -> dist.Backend:
 
 MOTIF_CALLS: dict[str, tuple[Callable, Callable]] = {     # (C++, Python) on (members, backend, rank)
     "reduce_scatter": (lambda m, b, r: testing.reduce_scatter([torch.ones(2)], m, b, r),
-                       lambda m, b, r: p2p.reduce_scatter([torch.ones(2)], m, p2p.BackendPeers(b, m, r))),
+                       lambda m, b, r: sendrecv.reduce_scatter([torch.ones(2)], m, sendrecv.BackendPeers(b, m, r))),
     "all_gather": (lambda m, b, r: testing.all_gather([torch.ones(2)], m, b, r),
-                   lambda m, b, r: p2p.all_gather([torch.ones(2)], m, p2p.BackendPeers(b, m, r))),
+                   lambda m, b, r: sendrecv.all_gather([torch.ones(2)], m, sendrecv.BackendPeers(b, m, r))),
     "reduce": (lambda m, b, r: testing.reduce(torch.ones(2), m, b, r),
-               lambda m, b, r: p2p.reduce(torch.ones(2), m, p2p.BackendPeers(b, m, r))),
+               lambda m, b, r: sendrecv.reduce(torch.ones(2), m, sendrecv.BackendPeers(b, m, r))),
     "broadcast": (lambda m, b, r: testing.broadcast(torch.ones(2), m, b, r),
-                  lambda m, b, r: p2p.broadcast(torch.ones(2), m, p2p.BackendPeers(b, m, r))),
+                  lambda m, b, r: sendrecv.broadcast(torch.ones(2), m, sendrecv.BackendPeers(b, m, r))),
     "all_to_all": (lambda m, b, r: testing.all_to_all(torch.ones(1, 2), torch.zeros(1, 2), (0, 2), (0, 1), m, b, r),
-                   lambda m, b, r: p2p.all_to_all(torch.ones(1, 2), torch.zeros(1, 2), (0, 2), (0, 1), m,
-                                                  p2p.BackendPeers(b, m, r))),
+                   lambda m, b, r: sendrecv.all_to_all(torch.ones(1, 2), torch.zeros(1, 2), (0, 2), (0, 1), m,
+                                                  sendrecv.BackendPeers(b, m, r))),
 }
 
 
@@ -100,7 +102,7 @@ def test_a_rank_that_is_not_a_member_is_one_line_as_in_p2p(alone, motif):
 def test_a_wrong_number_of_parts_is_one_line_as_in_p2p(alone, motif):
     parts = [torch.ones(2), torch.ones(2)]
     message = error_line(getattr(testing, motif), parts, [0], alone, 0)
-    assert message == error_line(getattr(p2p, motif), parts, [0], p2p.BackendPeers(alone, [0], 0))
+    assert message == error_line(getattr(p2p, motif), parts, [0], sendrecv.BackendPeers(alone, [0], 0))
     assert message == f"{motif} needs one part per member (1), got 2"
 
 
@@ -180,7 +182,7 @@ BUFFER_CASES = {
 
 
 def python_args(kind: str, tensors, output, input, reduce_op, root) -> tuple:
-    """The call's arguments as the Python group hands them to enforcer.buffers."""
+    """The call's arguments as the Python group hands them to enforcer.runtime.buffers."""
     if kind == "all_reduce":
         return tensors, options(dist.AllreduceOptions, reduce_op=reduce_op)
     if kind == "broadcast":

@@ -1,4 +1,4 @@
-"""The pipeline-parallel runtime (Zhuang et al. §4): :mod:`enforcer.pipeline`.
+"""The pipeline-parallel runtime (Zhuang et al. §4): :mod:`enforcer.pipeline.runtime`.
 
 Pure tests: the checks that run before anything is built (bad schedules,
 deadlocks, meshes and programs that do not fit), the stage compute (``B``
@@ -19,9 +19,9 @@ import torch
 from torch import nn
 
 from deploy.emulated.model import cluster_topology
-from enforcer.pipeline_check import check_pipeline
-from enforcer.pipeline_records import ActionTime, IterationRecord, TransferTime
-from enforcer.pipeline_stage import StageCompute
+from enforcer.pipeline.check import check_pipeline
+from enforcer.pipeline.records import ActionTime, IterationRecord, TransferTime
+from enforcer.pipeline.stage import StageCompute
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.pipeline import Action, PipelineSchedule

@@ -1,4 +1,4 @@
-"""Cross-mesh resharding executed on numbers (Zhuang et al. §2.2, §3.1): :mod:`enforcer.reshard`.
+"""Cross-mesh resharding executed on numbers (Zhuang et al. §2.2, §3.1): :mod:`enforcer.reshard.resharder`.
 
 Pure tests check the pieces every rank computes alike (part bounds, the
 subgroups a program needs, the input check). Multiproc tests run programs on
@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from enforcer.reshard import check_local, gather_member_sets, host_order_tokens
-from enforcer.reshard_strategies import GatherGroup, finishers, gather_groups, padded_part, split_even
+from enforcer.reshard.resharder import check_local, gather_member_sets, host_order_tokens
+from enforcer.reshard.strategies import GatherGroup, finishers, gather_groups, padded_part, split_even
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.resharding import Box, ReshardProgram, ReshardTask, Strategy
 from tests.enforcer import reshard_ranks
@@ -247,7 +246,7 @@ def test_dtensor_placements_map_to_the_papers_specs():
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.placement_types import Partial
 
-    from enforcer.reshard_api import spec_from_placements
+    from enforcer.reshard.api import spec_from_placements
     assert spec_from_placements([Shard(0)], 3) == "S^0RR"
     assert spec_from_placements([Replicate(), Shard(1)], 3) == "RS^1R"
     assert spec_from_placements([Shard(2), Shard(0)], 3) == "S^1RS^0"

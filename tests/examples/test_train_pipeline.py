@@ -1,5 +1,5 @@
 """Multiproc (loopback): ``examples/train_pipeline.py`` trains a pipeline-parallel
-MLP with the enforcer's runtime (:mod:`enforcer.pipeline`) on local ranks it
+MLP with the enforcer's runtime (:mod:`enforcer.pipeline.runtime`) on local ranks it
 starts itself.
 
 All four schedules train side by side (interleaved, each its own model copy):
@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch import nn
 
-from enforcer.pipeline_records import IterationRecord
+from enforcer.pipeline.records import IterationRecord
 from optimizer_service.plan.pipeline import PipelineSchedule
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
-from enforcer import ucc
+from enforcer.comm import ucc
 from tests.ucc.ucc_ranks import TIMEOUT, store
 
 

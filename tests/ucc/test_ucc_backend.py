@@ -10,8 +10,7 @@ import queue
 
 import pytest
 import torch.distributed as dist
-
-from enforcer import inner, ucc
+from enforcer.comm import inner, ucc
 from tests.support.multiproc import run_world
 from tests.ucc import lifecycle_ranks, ucc_ranks
 

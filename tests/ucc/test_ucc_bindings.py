@@ -5,8 +5,7 @@ requests used directly (context with and without a store)."""
 from __future__ import annotations
 
 import pytest
-
-from enforcer import ucc
+from enforcer.comm import ucc
 from tests.support.multiproc import run_world
 from tests.ucc import bindings_ranks
 

@@ -1,4 +1,4 @@
-"""``enforcer.ucc`` without ranks: what it says when the extension is missing (so the enforcer
+"""``enforcer.comm.ucc`` without ranks: what it says when the extension is missing (so the enforcer
 refuses ``ucc`` in one line, with the build command), and its check of a channel's interface.
 These run whether or not the extension is built."""
 
@@ -7,8 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-
-from enforcer import inner, ucc
+from enforcer.comm import inner, ucc
 from optimizer_service.errors import InvalidInputError
 
 

@@ -1,5 +1,5 @@
 """The C++ plan runtime's UCC motifs (cpp_ext/enforcer/ucc_motifs.cpp, called through the backend's
-p2::VCollectives without Python) against their Python twin enforcer/ucc_motifs.py.
+p2::VCollectives without Python) against their Python twin enforcer/runtime/ucc_motifs.py.
 
 Multiproc (loopback, 2, 3 and 4 ranks): every motif kind on all ranks and on a
 proper subset in shuffled order, float32/float64/int64, empty, one element,
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from enforcer.comm import ucc
 
-from enforcer import native, ucc
+from enforcer.group import native
 from tests.support.multiproc import run_world
 from tests.ucc import ucc_motif_ranks
 

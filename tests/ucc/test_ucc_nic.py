@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from deploy.emulated import can_manage_namespaces, create_cluster, destroy_cluster, run_ranks
-from enforcer import ucc
+from enforcer.comm import ucc
 from tests.enforcer.impls import IMPLS
 
 RANKS = Path(__file__).with_name("ucc_nic_ranks.py")

@@ -9,8 +9,7 @@ reduce_scatter — UCC may succeed."""
 from __future__ import annotations
 
 import pytest
-
-from enforcer import ucc
+from enforcer.comm import ucc
 from tests.enforcer import ops
 from tests.enforcer.impls import IMPLS, impl_env
 from tests.support.multiproc import run_world

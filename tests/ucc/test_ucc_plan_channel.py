@@ -1,5 +1,5 @@
 """Plan channels on UCC (``P2_CHANNEL_BACKENDS=gloo,ucc``): channel 1's backends are ours, its
-motifs run as UCC collectives (:mod:`enforcer.ucc_motifs`), and the planned ops give plain gloo's
+motifs run as UCC collectives (:mod:`enforcer.runtime.ucc_motifs`), and the planned ops give plain gloo's
 results bit for bit on int64 data — every planned op kind, motifs of one op alternating between the
 gloo and the UCC channel, and P² programs whose ReduceScatter/AllGather/Reduce/Broadcast motifs all
 run on UCC."""
@@ -7,8 +7,7 @@ run on UCC."""
 from __future__ import annotations
 
 import pytest
-
-from enforcer import ucc
+from enforcer.comm import ucc
 from tests.enforcer.impls import IMPLS, impl_env
 from tests.support.multiproc import run_world
 from tests.ucc import plan_ucc_ranks

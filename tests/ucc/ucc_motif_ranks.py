@@ -2,7 +2,7 @@
 
 Every rank builds the same motif cases (:func:`cases`) and, for each member
 set it belongs to, three UCC backends for ``sorted(members)``: one where every
-member runs :mod:`enforcer.ucc_motifs`, one where every member runs its C++
+member runs :mod:`enforcer.runtime.ucc_motifs`, one where every member runs its C++
 twin (``enforcer._native.testing.ucc_motif``, the code a C++ plan runtime runs
 on a UCC channel), and one where members alternate between the two. Inputs are
 seeded by (case, rank); the C++ and the mixed results must equal the Python
@@ -16,8 +16,9 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+from enforcer.comm import ucc
 
-from enforcer import ucc, ucc_motifs
+from enforcer.runtime import ucc_motifs
 from optimizer_service.plan import Collective, Motif
 from tests.enforcer.native_motif_ranks import data, member_sets, record_case
 

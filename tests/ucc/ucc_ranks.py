@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import AllgatherOptions
 
-from enforcer import ucc
+from enforcer.comm import ucc
 from tests.enforcer.ops import data
 
 TIMEOUT = timedelta(seconds=60)

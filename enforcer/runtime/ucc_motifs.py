@@ -1,7 +1,7 @@
 """A plan's motifs as UCC collectives, for channels whose backend is UCC.
 
-The plan runtime (:mod:`enforcer.runtime`) runs motifs over gloo with the
-send/recv algorithms of :mod:`enforcer.p2p`; UCC has no point-to-point, so on
+The plan runtime (:mod:`enforcer.runtime.plan_runtime`) runs motifs over gloo with the
+send/recv algorithms of :mod:`enforcer.comm.sendrecv`; UCC has no point-to-point, so on
 a UCC channel each motif is one UCC collective with the same result, bit for
 bit (SUM of the same operands; integers exactly, floats up to the order UCC
 adds them in):
@@ -10,14 +10,14 @@ adds them in):
 * REDUCE / BROADCAST — reduce into / broadcast from the motif's first rank;
 * REDUCE_SCATTER with one range per member — reduce_scatterv: member ``j``'s
   range ends holding the sum (the other ranges are left as they were, where
-  the ring of :func:`enforcer.p2p.reduce_scatter` leaves partial sums);
+  the ring of :func:`enforcer.comm.sendrecv.reduce_scatter` leaves partial sums);
 * ALL_GATHER with one range per member — allgatherv in place: the ranges stay
   where they are (displacements), nothing is copied;
 * ALL_TO_ALL with columns ``[lo, hi)`` and a destination window — alltoallv
   whose displacements address those columns of every ``(N, D)`` block
   directly: member ``i`` sends its block ``i+o`` to member ``i+o`` and receives
   member ``i−o``'s into its block ``i−o`` for each offset ``o`` of the window
-  (offset 0 is a local copy), as :func:`enforcer.p2p.all_to_all`.
+  (offset 0 is a local copy), as :func:`enforcer.comm.sendrecv.all_to_all`.
 
 The C++ plan runtime runs the same forms without Python
 (``cpp_ext/enforcer/ucc_motifs.*``, through the backend's ``p2::VCollectives``);
@@ -25,7 +25,7 @@ tests/ucc/test_ucc_native_motifs.py holds the two equal bit for bit.
 
 ``members`` are the motif's global ranks in the motif's order (block and part
 ``j`` belong to ``members[j]``; the root first); the backend was made for the
-same members *sorted* (:meth:`enforcer.runtime.PlanRuntime._build_comms`), so
+same members *sorted* (:meth:`enforcer.runtime.plan_runtime.PlanRuntime._build_comms`), so
 its team ranks are positions in ``sorted(members)``.
 """
 

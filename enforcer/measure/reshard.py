@@ -1,4 +1,4 @@
-"""Time resharding programs on a running job: ``python -m enforcer.measure_reshard SPEC OUT``.
+"""Time resharding programs on a running job: ``python -m enforcer.measure.reshard SPEC OUT``.
 
 Started on every rank by ``p2 reshard --measure`` and ``benchmarks/resharding.py``
 through the emulated cluster's launcher (torch's ``RANK``/``WORLD_SIZE``/
@@ -7,7 +7,7 @@ through the emulated cluster's launcher (torch's ``RANK``/``WORLD_SIZE``/
     {"warmup": 1, "repeat": 3, "backend": "p2enforcer",
      "runs": [{"id": "...", "program": "<ReshardProgram text>"}]}
 
-Every rank builds one :class:`enforcer.reshard.Resharder` per program first (its
+Every rank builds one :class:`enforcer.reshard.resharder.Resharder` per program first (its
 subgroups are made once, in the same order everywhere). The global tensor is a
 fixed function of the index, so every source rank cuts its shard from it and
 every destination rank checks what it received, bit for bit, after the first
@@ -32,8 +32,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-from enforcer.reshard import Resharder
+from enforcer.reshard.resharder import Resharder
 from optimizer_service.plan.resharding import Box, ReshardProgram
 
 DTYPES = {1: torch.uint8, 2: torch.bfloat16, 4: torch.float32, 8: torch.float64}
@@ -95,8 +94,6 @@ def measure(spec: dict) -> list[dict]:
 def main(argv: list[str]) -> int:
     spec_path, out_path = Path(argv[0]), Path(argv[1])
     spec = json.loads(spec_path.read_text())
-    if spec.get("backend", "p2enforcer") == "p2enforcer":
-        import enforcer  # noqa: F401  (registers the backend)
     dist.init_process_group(spec.get("backend", "p2enforcer"))
     try:
         runs = measure(spec)

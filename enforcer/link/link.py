@@ -10,12 +10,12 @@ the planes"). Over it the rank
 * takes part in the two-phase commit: Prepare / Commit / Abort go through the
   pure participant decisions (:mod:`optimizer_service.control.participant`,
   under one short lock), and the link carries out their actions — ``Build`` on a
-  builder thread (:mod:`enforcer.prepare`), ``Discard`` closes what was built,
+  builder thread (:mod:`enforcer.link.prepare`), ``Discard`` closes what was built,
   ``SendVote`` / ``SendAck`` go to the outbox;
 * sends one Telemetry message per iteration (:meth:`Link.iteration_done`).
 
 The switch to a committed plan is not the link's: the in-band check at
-iteration boundaries (:mod:`enforcer.switching`) decides it on the training
+iteration boundaries (:mod:`enforcer.link.switching`) decides it on the training
 thread, from the same participant state.
 
 **The training never waits for the service.** The training thread only takes
@@ -48,7 +48,6 @@ from pathlib import Path
 
 import grpc
 import torch
-
 from enforcer.settings import EnforcerSettings, default_job
 from optimizer_service.control import participant, switch
 from optimizer_service.control.messages import Vote
@@ -137,7 +136,7 @@ class Link:
     """The rank's side of the service link: its participant state, the stream thread, the outbox.
 
     Built from values; :meth:`start` starts the I/O. ``plans`` builds and frees
-    runtimes (:class:`enforcer.prepare.PreparedPlans`); ``tracer`` gives the
+    runtimes (:class:`enforcer.link.prepare.PreparedPlans`); ``tracer`` gives the
     iteration and the op timings.
     """
 
@@ -203,7 +202,7 @@ class Link:
 
     def agree(self, boundary: int, common: int) -> list[Action]:
         """Apply the ranks' common version at ``boundary``; the SwitchTo / Discard
-        actions are the caller's (:mod:`enforcer.switching`). SwitchError passes."""
+        actions are the caller's (:mod:`enforcer.link.switching`). SwitchError passes."""
         with self._lock:
             self.state, actions = switch.agree(self.state, boundary, common)
         return actions
@@ -424,7 +423,7 @@ def start(group, settings: EnforcerSettings, environ: Mapping[str, str]) -> Link
     """The default group's link (``P2_SERVICE`` set), started. Without a job id
     it is logged and never connects, but the rank still takes part in the
     in-band check (every rank must), proposing the plan it runs."""
-    from enforcer.prepare import PreparedPlans
+    from enforcer.link.prepare import PreparedPlans
 
     identity = RankIdentity.of(group, settings, environ)
     link = Link(settings, identity, group.tracer, PreparedPlans(group, settings.prepare_timeout))

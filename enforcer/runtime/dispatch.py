@@ -1,6 +1,6 @@
 """The dispatcher's decisions, as a pure function (Syndicate Pseudocode 2, §4.4).
 
-The plan runtime (:mod:`enforcer.runtime`) runs one dispatcher thread per
+The plan runtime (:mod:`enforcer.runtime.plan_runtime`) runs one dispatcher thread per
 group. What that thread does next — hand a motif to its channel, wait for an
 op the program has not submitted yet, promote an op the program waits on, skip
 a planned op that never came, end the iteration — is decided here by

@@ -1,4 +1,4 @@
-"""Time lowered programs on a running job: ``python -m enforcer.measure SPEC OUT``.
+"""Time lowered programs on a running job: ``python -m enforcer.measure.programs SPEC OUT``.
 
 Started on every rank by ``p2 bench reduce`` and ``p2 calibrate`` through the
 emulated cluster's launcher (torch's usual ``RANK``/``WORLD_SIZE``/
@@ -36,8 +36,8 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
-from enforcer.executor import GroupCache, ProgramExecutor
+from enforcer.comm.subgroups import GroupCache
+from enforcer.programs.executor import ProgramExecutor
 from enforcer.settings import EnforcerSettings
 from optimizer_service.plan.lowered import LoweredProgram
 
@@ -109,7 +109,7 @@ def measure(spec: dict) -> list[dict]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m enforcer.measure SPEC.json OUT.json", file=sys.stderr)
+        print("usage: python -m enforcer.measure.programs SPEC.json OUT.json", file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text())
     torch.set_num_threads(1)

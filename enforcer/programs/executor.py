@@ -11,7 +11,7 @@ the same order), and works out every step's element ranges
 Per step a rank finds the one group it belongs to (or idles) and runs:
 
 * AllReduce — the inner backend's ``all_reduce`` on the group (gloo's ring);
-* ReduceScatter, AllGather, Reduce, Broadcast — :mod:`enforcer.p2p`, the
+* ReduceScatter, AllGather, Reduce, Broadcast — :mod:`enforcer.comm.sendrecv`, the
   bandwidth-optimal algorithms built from the backend's send and recv.
 
 Live data stays at its own position in the tensor (see :mod:`optimizer_service.plan.layout`),
@@ -23,66 +23,16 @@ AllReduce (sum) over its reduction group.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-
-from enforcer import p2p
+from enforcer.comm import sendrecv
+from enforcer.comm.subgroups import GroupCache
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.layout import GroupMove, Ranges, StepLayout, plan_layout
 from optimizer_service.plan.lowered import LoweredProgram
-
-
-class GroupCache:
-    """One process group per member set, created collectively in sorted order.
-
-    ``interface`` binds the groups' gloo transport to one network interface (a
-    channel: in the emulated cluster ``nic1`` is the second NIC). gloo reads
-    ``GLOO_SOCKET_IFNAME`` each time it builds a group, so the variable is set
-    around the creation and restored after.
-    """
-
-    def __init__(self, interface: str | None = None, backend: str | None = None) -> None:
-        self.interface = interface
-        self.backend = backend          # None: the default group's backend
-        self._groups: dict[tuple[int, ...], dist.ProcessGroup | None] = {}
-
-    def create(self, member_sets: Iterable[Sequence[int]]) -> None:
-        """Create the groups not made yet. Every rank must call this with the
-        same sets (their order does not matter)."""
-        wanted = sorted({tuple(sorted(m)) for m in member_sets} - set(self._groups))
-        rank = dist.get_rank()
-        with _socket_interface(self.interface):
-            for members in wanted:
-                group = dist.new_group(list(members), backend=self.backend)
-                self._groups[members] = group if rank in members else None
-
-    def get(self, members: Sequence[int]) -> dist.ProcessGroup:
-        group = self._groups.get(tuple(sorted(members)))
-        if group is None:
-            raise RuntimeError(f"no process group for {list(members)} on rank {dist.get_rank()}; "
-                               "call prepare() on every rank first")
-        return group
-
-
-@contextmanager
-def _socket_interface(interface: str | None) -> Iterator[None]:
-    if interface is None:
-        yield
-        return
-    before = os.environ.get("GLOO_SOCKET_IFNAME")
-    os.environ["GLOO_SOCKET_IFNAME"] = interface
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["GLOO_SOCKET_IFNAME"]
-        else:
-            os.environ["GLOO_SOCKET_IFNAME"] = before
 
 
 @dataclass(frozen=True)
@@ -161,10 +111,10 @@ class ProgramExecutor:
         if collective in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):
             packed = [_pack(tensor, ranges) for ranges in task.parts]
             if collective is Collective.REDUCE_SCATTER:
-                p2p.reduce_scatter(packed, task.members, group)
+                sendrecv.reduce_scatter(packed, task.members, group)
                 _unpack(tensor, task.parts[task.position], packed[task.position])
             else:
-                p2p.all_gather(packed, task.members, group)
+                sendrecv.all_gather(packed, task.members, group)
                 for ranges, part in zip(task.parts, packed):
                     _unpack(tensor, ranges, part)
             return
@@ -175,8 +125,8 @@ class ProgramExecutor:
         if collective is Collective.ALL_REDUCE:
             dist.all_reduce(data, group=group)
         elif collective is Collective.REDUCE:
-            p2p.reduce(data, task.members, group)
+            sendrecv.reduce(data, task.members, group)
         else:
-            p2p.broadcast(data, task.members, group)
+            sendrecv.broadcast(data, task.members, group)
         _unpack(tensor, ranges, data)
 

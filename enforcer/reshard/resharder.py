@@ -21,7 +21,7 @@ destination rank gets back a new tensor holding exactly its destination box.
   of one host sending at once share its NIC, which the plan never does. A
   task's ``after`` (lowered by the planner) names the tasks it follows on its
   hosts; its sender starts it only once each of them has finished, told by a
-  one-byte token from their :func:`~enforcer.reshard_strategies.finishers`
+  one-byte token from their :func:`~enforcer.reshard.strategies.finishers`
   (sent without blocking when they end the task; the sender posts its token
   receives when the run begins, so a token costs one message's latency). The
   sender alone waits: nothing moves before it sends. Deadlock-free as before —
@@ -36,13 +36,13 @@ destination rank gets back a new tensor holding exactly its destination box.
   confused; the tokens task ``order`` waits for carry ``order · stride +
   stride − 1``, a part number no task uses.
 * The strategies themselves (send/recv, local and global all-gather, pipelined
-  broadcast chains): :mod:`enforcer.reshard_strategies`.
+  broadcast chains): :mod:`enforcer.reshard.strategies`.
 
 Ranks in the program are global ranks (the contract lowers to them). ``group``
 is the communicator the point-to-point messages use (default: the default
 group); it must contain every rank of the program. Any dtype, any number of
 dimensions, empty boxes. The user-facing function and the DTensor adapter are
-in :mod:`enforcer.reshard_api`.
+in :mod:`enforcer.reshard.api`.
 """
 
 from __future__ import annotations
@@ -52,11 +52,10 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-
-from enforcer import reshard_strategies as strategies
-from enforcer.executor import GroupCache
-from enforcer.p2p import GroupPeers
-from enforcer.reshard_strategies import GatherGroup
+from enforcer.comm.sendrecv import GroupPeers
+from enforcer.comm.subgroups import GroupCache
+from enforcer.reshard import strategies as strategies
+from enforcer.reshard.strategies import GatherGroup
 from optimizer_service.plan import InvalidInputError, PlanError
 from optimizer_service.plan.resharding import Box, ReshardProgram, ReshardTask, Strategy
 
@@ -125,7 +124,7 @@ def check_local(program: ReshardProgram, rank: int, local: torch.Tensor | None) 
 class Resharder:
     """Executes one resharding program; construct it on every rank (collective).
 
-    ``groups``: a :class:`~enforcer.executor.GroupCache` to take the all-gather
+    ``groups``: a :class:`~enforcer.comm.subgroups.GroupCache` to take the all-gather
     subgroups from and add to, shared by several Resharders so a receiver set
     gets one process group however many programs use it (every rank must pass
     caches with the same history)."""

@@ -71,7 +71,7 @@ def min_over_ranks(group, value: int) -> int:
 
 def swap(group, link, version: int, iteration: int) -> None:
     """Run ``version``'s prebuilt runtimes from this boundary on, on the default
-    group and every subgroup the plan names (:mod:`enforcer.plan_groups`; the old ones are closed)."""
+    group and every subgroup the plan names (:mod:`enforcer.runtime.plan_groups`; the old ones are closed)."""
     runtimes = link.plans.take(version)
     if runtimes is None:        # agree() said it is built: the runtimes must be there
         raise SwitchError(f"rank {group.rank()} must switch to plan v{version} at iteration {iteration} but its "

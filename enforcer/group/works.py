@@ -3,7 +3,7 @@
 Every op passed through returns its inner Work inside a :class:`TrackedWork`,
 which timestamps the op when it is seen complete. Coalesced ops the inner
 backend offers only one pair at a time complete together (:func:`all_of`).
-Ops run under a plan return :class:`enforcer.runtime.PlannedWork`.
+Ops run under a plan return :class:`enforcer.runtime.plan_runtime.PlannedWork`.
 """
 
 from __future__ import annotations

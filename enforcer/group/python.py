@@ -10,22 +10,22 @@ creates an :class:`EnforcerGroup`: a Python subclass of torch's
   C++ callers of the trampolined virtuals (DDP's reducer and its initial
   broadcast, functional ``all_reduce``/``broadcast``/``all_to_all_single``)
   reach our overrides as well.
-* The inner backend of each device (:mod:`enforcer.inner`) is also registered
+* The inner backend of each device (:mod:`enforcer.comm.inner`) is also registered
   on the group, because DDP and the c10d dispatcher ops look one up per device
   ("No backend type associated with device type cpu" otherwise). Calls that go
   straight to it — ``torch.ops.c10d.*`` and the functional collectives whose
   C++ path is not trampolined (e.g. ``all_gather_tensor``,
-  ``reduce_scatter_tensor``) — bypass the enforcer. :mod:`enforcer.bypass`
+  ``reduce_scatter_tensor``) — bypass the enforcer. :mod:`enforcer.group.bypass`
   counts them per op kind and logs each kind once; they are not hidden.
 * Until a plan is installed every op goes to the inner backend unchanged (the
   same call with the same options): results are bit-identical. The op is
   recorded in the trace (:mod:`enforcer.trace`) with its issue time, and its
   completion is timestamped from the Work's future.
-* With a plan (:mod:`enforcer.runtime`), ops the plan names are handed to the
+* With a plan (:mod:`enforcer.runtime.plan_runtime`), ops the plan names are handed to the
   dispatcher; every other op still passes through.
 
 * With ``P2_SERVICE`` the default group also starts the rank's link to the
-  optimizer service (:mod:`enforcer.link`), closed with the group.
+  optimizer service (:mod:`enforcer.link.link`), closed with the group.
 
 The inner backends of a group use its own store prefix, so ``new_group`` with
 this backend gives each subgroup its own inner communicators.
@@ -41,9 +41,11 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
-from enforcer import inner, state
-from enforcer.group_core import GroupCore, creator_arguments, group_of
-from enforcer.works import all_of, on_complete
+from enforcer import state
+from enforcer.comm import inner
+from enforcer.group import bypass
+from enforcer.group.core import GroupCore, creator_arguments, group_of
+from enforcer.group.works import all_of, on_complete
 from optimizer_service.plan import InvalidInputError
 from optimizer_service.plan.trace import COMM_KINDS
 
@@ -95,7 +97,7 @@ class EnforcerGroup(ProcessGroup, GroupCore):
         self._default_device = "cpu" if "cpu" in self._inner else next(iter(self._inner))
         self._cpu = self._inner.get("cpu")
         self.tracer = state.reset_tracer(rank, size) if self.is_default else state.tracer()
-        self.runtime = None                     # enforcer.runtime.PlanRuntime once a plan is installed
+        self.runtime = None                     # enforcer.runtime.plan_runtime.PlanRuntime once a plan is installed
         self._start()
 
     # -------------------------------------------------------------- plumbing
@@ -116,10 +118,10 @@ class EnforcerGroup(ProcessGroup, GroupCore):
             planned: tuple | None = None, root: int | None = None) -> dist.Work:
         """The common body of every op: record it in the trace (``tensor`` gives its dtype and
         picks the inner backend), hand it to the plan runtime when ``planned`` (the arguments
-        :meth:`enforcer.runtime.PlanRuntime.submit` takes) and a plan takes it, else ``run``
+        :meth:`enforcer.runtime.plan_runtime.PlanRuntime.submit` takes) and a plan takes it, else ``run``
         it on the inner backend; the Work returned records the op's completion. A collective
         that cannot be planned is still shown to the runtime, which counts it."""
-        state.entered()
+        bypass.entered()
         record = self.tracer.issue(kind, "" if tensor is None else _dtype(tensor), nbytes, self.ranks,
                                    self.group_label)
         if root is not None:
@@ -245,7 +247,7 @@ class EnforcerGroup(ProcessGroup, GroupCore):
 
     def monitored_barrier(self, timeout=None, wait_all_ranks: bool = False):
         # Synchronous, no Work: recorded and completed here rather than through _op.
-        state.entered()
+        bypass.entered()
         record = self.tracer.issue("monitored_barrier", "", 0, self.ranks, self.group_label)
         backend = self._inner_for(None)
         if timeout is None:
@@ -289,7 +291,7 @@ def create(backend_options: dist.distributed_c10d._DistributedBackendOptions, _p
 def implementation() -> str:
     """``cpp`` or ``python``: ``P2_ENFORCER_IMPL``, else the C++ backend when it is built.
     Asking for cpp where it is not built logs why and uses the Python group."""
-    from enforcer import native
+    from enforcer.group import native
     wanted = state.settings().impl
     if wanted == "python":
         return "python"
@@ -306,7 +308,7 @@ def register() -> str:
         return _registered[0]
     impl = implementation()
     if impl == "cpp":
-        from enforcer.native import create as creator
+        from enforcer.group.native import create as creator
     else:
         creator = create
     dist.Backend.register_backend(BACKEND_NAME, creator, extended_api=True, devices=["cpu", "cuda"])

@@ -4,9 +4,9 @@ Phase one of the two-phase commit (``optimizer_service/control/PROTOCOL.md``
 §2): a rank votes yes only once the plan's channel backends are made. That is
 collective among each backend's members, and slow (a gloo rendezvous), so it
 runs on a *builder thread* per plan — never on the training thread — and the
-runtimes it makes (:class:`~enforcer.plan_groups.PlanRuntimes`: the default
+runtimes it makes (:class:`~enforcer.runtime.plan_groups.PlanRuntimes`: the default
 group's and every subgroup's the plan names) are kept, not started, until the
-in-band check switches to them (:mod:`enforcer.switching`).
+in-band check switches to them (:mod:`enforcer.link.switching`).
 
 Two things make builds of one version meet on every rank:
 
@@ -44,9 +44,8 @@ import time
 from collections.abc import Callable
 
 import torch.distributed as dist
-
-from enforcer import plan_groups
-from enforcer.plan_groups import PlanRuntimes
+from enforcer.runtime import plan_groups
+from enforcer.runtime.plan_groups import PlanRuntimes
 from optimizer_service.control.participant import Built
 from optimizer_service.plan import Plan, PlanError
 

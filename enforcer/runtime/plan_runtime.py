@@ -20,7 +20,7 @@ signal, in the trace as ``waits``), and hands the motif to its channel's
 worker. Motifs with the same order number are handed over together and run at
 once when their channels differ. Every rank hands over the same motifs in the
 same order, which is what keeps collectives matched. *What* to do next is
-decided by the pure :func:`enforcer.dispatch.next_step`; the thread only
+decided by the pure :func:`enforcer.runtime.dispatch.next_step`; the thread only
 blocks, reads the clock and carries the decision out.
 
 **Channel workers** (one thread per channel) run their motifs one after the
@@ -34,7 +34,7 @@ If the program waits for op A before it submits op B that the plan puts
 first, the dispatcher would wait for B forever. Our reading: when the
 dispatcher is blocked on an op not yet submitted and the program is blocked
 in ``wait()`` on an op whose motifs are still undispatched, that op's motifs
-are dispatched next (in their order; :mod:`enforcer.dispatch`). The decision
+are dispatched next (in their order; :mod:`enforcer.runtime.dispatch`). The decision
 depends only on the program's own order of submissions and waits, so every
 rank takes it alike.
 
@@ -43,7 +43,7 @@ that never came are skipped (logged once) and the sequence numbers restart.
 Without ``step()`` an iteration ends after the plan's last op of the group.
 
 Motifs run on the op's *buffer*: how each planned op kind's tensors are seen
-as that buffer, and how results are written back, is in :mod:`enforcer.buffers`.
+as that buffer, and how results are written back, is in :mod:`enforcer.runtime.buffers`.
 """
 
 from __future__ import annotations
@@ -53,42 +53,18 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from enforcer import state
 
-from enforcer import dispatch, inner, p2p, state, ucc_motifs
-from enforcer.buffers import BUFFERS, OpBuffer
+from enforcer.comm import inner, sendrecv
+from enforcer.runtime import dispatch, ucc_motifs
+from enforcer.runtime.buffers import BUFFERS, OpBuffer
 from optimizer_service.plan import PLAN_KIND, Collective, Motif, OpPlan, Plan, PlanError
 from optimizer_service.plan.trace import OpRecord
 
 log = logging.getLogger("enforcer")
-
-
-def load(plan: Plan | str | Path) -> Plan:
-    """``plan`` itself, or the plan parsed from JSON text or from the file it names."""
-    if isinstance(plan, Plan):
-        return plan
-    text = str(plan)
-    if not text.lstrip().startswith("{"):
-        path = Path(text)
-        try:
-            text = path.read_text()
-        except OSError as error:
-            raise PlanError(f"cannot read the plan file {path}: {error.strerror}") from None
-    return Plan.parse(text)
-
-
-def install(group, plan: Plan | str | Path) -> None:
-    """Enforce ``plan`` on ``group`` from its next op on (collective); PlanError if it does not fit."""
-    plan = load(plan)
-    plan.check_world(group.size() if group.is_default else dist.get_world_size())
-    runtime = group.new_runtime(plan)
-    runtime.start()
-    group.replace_runtime(runtime)
-    log.info("p2enforcer: plan version %d installed on group %s (%d ops, channels %s)", plan.version,
-             list(group.ranks), len(runtime.ops), sorted(runtime.comms_by_channel))
 
 
 def channel_interface(plan: Plan, channel: int, nics: tuple[str, ...]) -> str | None:
@@ -105,7 +81,7 @@ def channel_interface(plan: Plan, channel: int, nics: tuple[str, ...]) -> str | 
 @dataclass
 class _Iteration:
     """The planned ops the program submitted in one iteration, by plan op index
-    (a :class:`enforcer.dispatch.Iteration`)."""
+    (a :class:`enforcer.runtime.dispatch.Iteration`)."""
 
     ops: dict[int, _Submitted] = field(default_factory=dict)
     closed: bool = False
@@ -113,7 +89,7 @@ class _Iteration:
 
 @dataclass
 class _Submitted:
-    """One planned op of this iteration, as submitted (a :class:`enforcer.dispatch.Submitted`)."""
+    """One planned op of this iteration, as submitted (a :class:`enforcer.runtime.dispatch.Submitted`)."""
 
     op_index: int
     op: OpPlan
@@ -171,7 +147,7 @@ class PlanRuntime:
         """Build ``plan``'s channel backends for ``group`` (collective among each
         backend's members). Their store keys start with ``store_prefix`` — a plan
         the service prepares names it by its version, unique in the job, so ranks
-        that build it at different moments meet (:mod:`enforcer.prepare`) — else
+        that build it at different moments meet (:mod:`enforcer.link.prepare`) — else
         with the count of installs on the group. ``store``: where to meet (default:
         the group's)."""
         self.group = group
@@ -201,7 +177,7 @@ class PlanRuntime:
         self._queues: dict[int, deque[tuple[_Submitted, int]]] = {c: deque() for c in self.comms_by_channel}
         self._queue_cond = threading.Condition()
         self._threads: list[threading.Thread] = []
-        self.from_service = False               # built for a plan the service prepared (enforcer.plan_groups)
+        self.from_service = False               # built for a plan the service prepared (enforcer.runtime.plan_groups)
 
     def start(self) -> None:
         """Start the dispatcher and one worker per channel (once)."""
@@ -214,7 +190,7 @@ class PlanRuntime:
             thread.start()
 
     # ------------------------------------------------------------ preparation
-    def _build_comms(self) -> dict[int, dict[tuple[int, ...], p2p.BackendPeers]]:
+    def _build_comms(self) -> dict[int, dict[tuple[int, ...], sendrecv.BackendPeers]]:
         """Every (channel, member set) backend, made by its members in one sorted order."""
         global_rank = self.group.ranks[self.me]
         wanted: dict[int, set[tuple[int, ...]]] = {c: set() for c in self.plan.channels}
@@ -223,7 +199,7 @@ class PlanRuntime:
                 members = tuple(sorted(op.key.group[p] for p in motif.ranks))
                 if len(members) > 1:
                     wanted[motif.channel].add(members)
-        comms: dict[int, dict[tuple[int, ...], p2p.BackendPeers]] = {c: {} for c in wanted}
+        comms: dict[int, dict[tuple[int, ...], sendrecv.BackendPeers]] = {c: {} for c in wanted}
         nics = state.settings().channel_ifnames
         self.channel_backends = {c: self.channel_backend(c) for c in wanted}
         for channel in sorted(wanted):
@@ -241,7 +217,7 @@ class PlanRuntime:
                     _shut_down(comms)           # what was made so far
                     raise PlanError(f"channel {channel}: cannot make a {name} backend for ranks {list(members)}"
                                     f" on interface {interface!r}: {str(error).splitlines()[0]}") from None
-                comms[channel][members] = p2p.BackendPeers(backend, members, global_rank)
+                comms[channel][members] = sendrecv.BackendPeers(backend, members, global_rank)
         return comms
 
     def inner_name(self) -> str:
@@ -278,7 +254,7 @@ class PlanRuntime:
         return None if submitted is None else PlannedWork(self, submitted)
 
     def _prepare(self, op_index: int, op: OpPlan, record: OpRecord, args: tuple) -> _Submitted | None:
-        """The op's tensors as its buffer (:mod:`enforcer.buffers`), or ``None``: they do not fit the plan."""
+        """The op's tensors as its buffer (:mod:`enforcer.runtime.buffers`), or ``None``: they do not fit the plan."""
         io = BUFFERS[op.key.kind].adopt(args, op.key, self.group.size(), self.me)
         if io is None or not self._fits(op_index, op, io.elements, io.nbytes):
             return None
@@ -338,7 +314,7 @@ class PlanRuntime:
                     self._iterations.popleft()
 
     def _walk(self, iteration: _Iteration) -> bool:
-        """Dispatch one iteration as :func:`enforcer.dispatch.next_step` decides; False once stopped."""
+        """Dispatch one iteration as :func:`enforcer.runtime.dispatch.next_step` decides; False once stopped."""
         cursor = dispatch.Cursor()
         while True:
             with self._cond:
@@ -423,8 +399,8 @@ class PlanRuntime:
 
     def run_motif(self, op: OpPlan, motif: Motif, buffer: torch.Tensor, output: torch.Tensor | None) -> None:
         """Run ``motif`` of ``op`` on this rank over its channel's backend for the motif's members:
-        the send/recv algorithms of :mod:`enforcer.p2p`, or one UCC collective on a UCC channel.
-        ``buffer``/``output``: the op's buffer (:mod:`enforcer.buffers`)."""
+        the send/recv algorithms of :mod:`enforcer.comm.sendrecv`, or one UCC collective on a UCC channel.
+        ``buffer``/``output``: the op's buffer (:mod:`enforcer.runtime.buffers`)."""
         members = [op.key.group[p] for p in motif.ranks]
         if len(members) == 1 and motif.kind is not Collective.ALL_TO_ALL:
             return
@@ -433,11 +409,11 @@ class PlanRuntime:
             ucc_motifs.run(motif, buffer, output, members, peers.rank, peers.backend)
             return
         if motif.kind is Collective.ALL_TO_ALL:
-            p2p.all_to_all(buffer, output, motif.ranges[0], motif.window, members, peers)
+            sendrecv.all_to_all(buffer, output, motif.ranges[0], motif.window, members, peers)
         elif motif.kind is Collective.REDUCE_SCATTER:
-            p2p.reduce_scatter([buffer[a:b] for a, b in motif.ranges], members, peers)
+            sendrecv.reduce_scatter([buffer[a:b] for a, b in motif.ranges], members, peers)
         elif motif.kind is Collective.ALL_GATHER:
-            p2p.all_gather([buffer[a:b] for a, b in motif.ranges], members, peers)
+            sendrecv.all_gather([buffer[a:b] for a, b in motif.ranges], members, peers)
         else:
             (lo, hi), = motif.ranges
             data = buffer[lo:hi]
@@ -446,9 +422,9 @@ class PlanRuntime:
             if motif.kind is Collective.ALL_REDUCE:
                 peers.backend.allreduce([data]).wait()
             elif motif.kind is Collective.REDUCE:
-                p2p.reduce(data, members, peers)
+                sendrecv.reduce(data, members, peers)
             else:
-                p2p.broadcast(data, members, peers)
+                sendrecv.broadcast(data, members, peers)
 
 
 def valid(op: OpPlan, elements: int) -> bool:
@@ -461,7 +437,7 @@ def valid(op: OpPlan, elements: int) -> bool:
     return True
 
 
-def _shut_down(comms_by_channel: dict[int, dict[tuple[int, ...], p2p.BackendPeers]]) -> None:
+def _shut_down(comms_by_channel: dict[int, dict[tuple[int, ...], sendrecv.BackendPeers]]) -> None:
     for comms in comms_by_channel.values():
         for peers in comms.values():
             peers.backend.shutdown()

@@ -49,8 +49,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-
-from enforcer.p2p import GroupPeers
+from enforcer.comm.sendrecv import GroupPeers
 from optimizer_service.plan.resharding import ReshardTask, Strategy
 
 

@@ -1,8 +1,8 @@
-"""What both implementations of a ``p2enforcer`` group share (Python: :class:`enforcer.backend.EnforcerGroup`;
-C++: :class:`enforcer.native.NativeGroup` around ``enforcer._native.EnforcerBackend``).
+"""What both implementations of a ``p2enforcer`` group share (Python: :class:`enforcer.group.python.EnforcerGroup`;
+C++: :class:`enforcer.group.native.NativeGroup` around ``enforcer._native.EnforcerBackend``).
 
 A group knows its store, timeout, global ranks and label, makes one inner
-backend per device (:mod:`enforcer.inner`) under its own store prefix, holds
+backend per device (:mod:`enforcer.comm.inner`) under its own store prefix, holds
 the installed plan runtime (``runtime``; ``None`` in passthrough) and, for the
 default group with ``P2_SERVICE``, the link to the optimizer service. The
 plan runtime, the link and ``enforcer.step()`` only use what is here, so they
@@ -16,8 +16,9 @@ import os
 from datetime import timedelta
 
 import torch.distributed as dist
+from enforcer import groups, state
 
-from enforcer import inner, state
+from enforcer.comm import inner
 
 log = logging.getLogger("enforcer")
 
@@ -43,7 +44,7 @@ def group_of(group=None):
         return group
     if group is None:
         return None
-    found = state.group_named(group.group_name)
+    found = groups.named(group.group_name)
     return found if isinstance(found, GroupCore) else None
 
 
@@ -69,23 +70,23 @@ class GroupCore:
         # The default group is made before torch counts as initialized.
         self.is_default = not dist.is_initialized()
         self.installs = 0                       # plans installed so far (names their store keys)
-        self.link = None                        # enforcer.link.Link: the default group's, with P2_SERVICE
+        self.link = None                        # enforcer.link.link.Link: the default group's, with P2_SERVICE
         return self._inner
 
     def _start(self) -> None:
         """Register the group; the default group installs ``P2_PLAN_FILE`` and starts the service link."""
-        state.register_group(self)
+        groups.register(self)
         settings = state.settings()
         if self.is_default and settings.plan_file:
             self._install_from_env(settings.plan_file)
         if self.is_default and settings.service:
-            from enforcer import link
+            from enforcer.link import link
             self.link = link.start(self, settings, os.environ)
 
     def _install_from_env(self, path: str) -> None:
         """``P2_PLAN_FILE``: the plan to enforce from the first op on; one that does
         not fit the job is logged and the group stays in passthrough."""
-        from enforcer.runtime import install
+        from enforcer.runtime.plan_file import install
         from optimizer_service.plan import PlanError
         try:
             install(self, path)
@@ -94,7 +95,7 @@ class GroupCore:
 
     def new_runtime(self, plan, store_prefix: str | None = None, store: dist.Store | None = None):
         """A plan runtime for this group (collective: makes the channel backends); not started."""
-        from enforcer.runtime import PlanRuntime
+        from enforcer.runtime.plan_runtime import PlanRuntime
         return PlanRuntime(self, plan, store_prefix, store)
 
     def inner_backend(self, device: str = "cpu") -> dist.Backend:
@@ -108,7 +109,7 @@ class GroupCore:
 
     def _close(self, abort: bool) -> None:
         """Unregister, close the link and the runtime; the default group exports its trace."""
-        state.unregister_group(self)
+        groups.unregister(self)
         if self.link is not None:
             self.link.close()
         self.replace_runtime(None, abort=abort)

@@ -10,7 +10,7 @@ say, e.g. ``S^0R``: batch-sharded, data parallel inside the mesh).
 **Training thread.** Each rank runs its stage's action list in order:
 
 * ``F(m)`` waits for micro-batch ``m``'s input activation (stage 0: the data
-  the caller passes), runs the stage forward (:mod:`enforcer.pipeline_stage`),
+  the caller passes), runs the stage forward (:mod:`enforcer.pipeline.stage`),
   keeps what the backward needs and hands the output to the boundary's
   forward resharding; the last stage computes the loss;
 * ``B(m)`` waits for the gradient of ``m``'s output from the next stage (the
@@ -33,7 +33,7 @@ Compute never waits for a send; the receiving stage waits only when an action
 needs the tensor. This is the paper's "Overlap" and is what lets eager-1F1B's
 extra warm-up forwards hide the forward transfers. Each (boundary, direction)
 has its own process group (``dist.new_group`` of the two meshes' ranks) and
-its own :class:`~enforcer.reshard.Resharder` with its own subgroups, so no two
+its own :class:`~enforcer.reshard.resharder.Resharder` with its own subgroups, so no two
 threads share a communicator; all of them are created at construction, on
 every rank of the world, in one order (boundary 0 forward, boundary 0
 backward, boundary 1 forward, …, then the stage meshes).
@@ -48,12 +48,12 @@ its input gradients leave through the same NIC — measured in
 The boundary programs come from the planner in the caller's script (the
 enforcer does not plan): forward program ``s`` moves the activation from mesh
 ``s`` to mesh ``s+1``, backward program ``s`` its gradient back.
-:mod:`enforcer.pipeline_check` checks them, the schedule and the meshes on
+:mod:`enforcer.pipeline.check` checks them, the schedule and the meshes on
 every rank alike; what only some ranks can get wrong (a stage rank without its
 module, the last stage without ``loss_fn``) is agreed on in one small
 all-reduce — so a bad pipeline raises on every rank before any group exists,
 instead of leaving ranks waiting. Each iteration returns an
-:class:`~enforcer.pipeline_records.IterationRecord`: per action and per
+:class:`~enforcer.pipeline.records.IterationRecord`: per action and per
 transfer its start and end, for comparing with the simulator.
 
 What it does not do: tensor (operator) parallelism inside a stage — the
@@ -76,11 +76,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from enforcer.executor import GroupCache
-from enforcer.pipeline_check import check_pipeline
-from enforcer.pipeline_records import ActionTime, IterationRecord, TransferTime
-from enforcer.pipeline_stage import LossFunction, StageCompute
-from enforcer.reshard import Resharder
+from enforcer.pipeline.check import check_pipeline
+from enforcer.pipeline.records import ActionTime, IterationRecord, TransferTime
+from enforcer.pipeline.stage import LossFunction, StageCompute
+from enforcer.comm.subgroups import GroupCache
+from enforcer.reshard.resharder import Resharder
 from optimizer_service.plan import InvalidInputError
 from optimizer_service.plan.pipeline import ActionKind, PipelineSchedule
 from optimizer_service.plan.resharding import ReshardProgram

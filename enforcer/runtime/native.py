@@ -2,14 +2,14 @@
 ``cpp_ext/enforcer/plan_runtime.*``, ``dispatch.*``, ``motifs.*``, ``op_buffer.*``).
 
 Everything collective and everything checked once happens here, in Python, as
-for the Python group (:class:`enforcer.runtime.PlanRuntime`, which this
+for the Python group (:class:`enforcer.runtime.plan_runtime.PlanRuntime`, which this
 extends): the plan is checked against the group, the channel backends are
 made by their members in one order. The plan is then handed to C++ as plain
 values, and from there on the backend submits the ops the plan names without
 Python, a C++ dispatcher walks the motifs in plan order (the twin of
-:func:`enforcer.dispatch.next_step`) and C++ channel workers run them (the
-twins of :mod:`enforcer.p2p` and :mod:`enforcer.buffers`; on a UCC channel,
-``P2_CHANNEL_BACKENDS``, of :mod:`enforcer.ucc_motifs`: one UCC collective per
+:func:`enforcer.runtime.dispatch.next_step`) and C++ channel workers run them (the
+twins of :mod:`enforcer.comm.sendrecv` and :mod:`enforcer.runtime.buffers`; on a UCC channel,
+``P2_CHANNEL_BACKENDS``, of :mod:`enforcer.runtime.ucc_motifs`: one UCC collective per
 motif through the backend's v-collectives, since UCC has no send/recv). The
 waits and motif records land in the C++ trace. The one call back into Python
 is :meth:`OpPlan.validate` for an op size not seen before.
@@ -17,7 +17,7 @@ is :meth:`OpPlan.validate` for an op size not seen before.
 
 from __future__ import annotations
 
-from enforcer.runtime import PlanRuntime, _shut_down, valid
+from enforcer.runtime.plan_runtime import PlanRuntime, _shut_down, valid
 
 
 class NativePlanRuntime(PlanRuntime):

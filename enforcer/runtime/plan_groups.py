@@ -3,7 +3,7 @@
 A plan keys ops by their group's global ranks (:mod:`optimizer_service.plan.op_plan`),
 and the service plans ``new_group`` subgroups too
 (:mod:`optimizer_service.syndicate.trace_dag`, "Subgroups"). Each ``p2enforcer``
-group has its own runtime (:class:`~enforcer.runtime.PlanRuntime`: its own
+group has its own runtime (:class:`~enforcer.runtime.plan_runtime.PlanRuntime`: its own
 sequence numbers, dispatcher and channel backends), so a plan becomes one
 runtime per group of this rank that it names — the default group's always
 (its version is the one the rank runs, even with no ops) — built together
@@ -29,9 +29,8 @@ import logging
 from collections import Counter
 
 import torch.distributed as dist
-
-from enforcer import state
-from enforcer.group_core import group_of
+from enforcer import groups, state
+from enforcer.group.core import group_of
 from optimizer_service.plan import Plan
 
 log = logging.getLogger("enforcer")
@@ -39,7 +38,7 @@ log = logging.getLogger("enforcer")
 
 def subgroups_of(default, plan: Plan) -> list:
     """This rank's live subgroups that ``plan`` names and that its keys tell apart, in build order."""
-    live = [group for group in state.groups().values() if group is not default]
+    live = [group for group in groups.live().values() if group is not default]
     copies = Counter(tuple(group.ranks) for group in live)
     named = {tuple(op.key.group) for op in plan.ops}
     chosen = []
@@ -82,7 +81,7 @@ class PlanRuntimes:
         for group, runtime in self.runtimes.items():
             runtime.start()
             group.replace_runtime(runtime)
-        for group in state.groups().values():
+        for group in groups.live().values():
             if group not in self.runtimes and getattr(group.runtime, "from_service", False):
                 group.replace_runtime(None)
 

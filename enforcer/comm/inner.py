@@ -4,7 +4,7 @@
 every device, or a map like ``cpu:gloo,cuda:nccl``. Unset: gloo for CPU
 tensors; for CUDA tensors NCCL when torch has it and a GPU is present (else
 gloo, which also handles CUDA tensors, slowly). UCC (CPU tensors) is used only
-when asked for; it is our own backend (:mod:`enforcer.ucc`, the ``enforcer._ucc``
+when asked for; it is our own backend (:mod:`enforcer.comm.ucc`, the ``enforcer._ucc``
 extension), not torch's, which the CPU wheel lacks.
 
 Inner backends are made directly from a store (no ``new_group``, which is
@@ -20,8 +20,7 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-
-from enforcer import ucc
+from enforcer.comm import ucc
 from optimizer_service.plan import InvalidInputError
 
 ENV_VAR = "P2_INNER_BACKEND"

@@ -1,6 +1,6 @@
 """What the pipeline runtime checks before it builds anything (Zhuang et al., MLSys 2023, §4).
 
-:class:`~enforcer.pipeline.PipelineRuntime` refuses, on every rank alike and
+:class:`~enforcer.pipeline.runtime.PipelineRuntime` refuses, on every rank alike and
 before its first collective, a pipeline it could not run to the end — a
 mistake here would otherwise show up as ranks waiting forever for a tensor
 nobody sends. Each check raises :class:`InvalidInputError` with one line.

@@ -1,6 +1,6 @@
 """Count the comm-ops that reach an enforcer group's inner backend without the enforcer.
 
-Two routes skip :class:`~enforcer.backend.EnforcerGroup`'s Python methods:
+Two routes skip :class:`~enforcer.group.python.EnforcerGroup`'s Python methods:
 the c10d dispatcher ops (``torch.ops.c10d.*``, which look up the group's
 per-device backend and call it directly) and the functional collectives
 (``torch.ops._c10d_functional.*``, used by FSDP2 internals, DTensor and
@@ -24,8 +24,8 @@ import threading
 
 import torch
 import torch.distributed as dist
-
-from enforcer import state
+from enforcer import groups, state
+from enforcer.group.core import GroupCore
 
 log = logging.getLogger("enforcer")
 
@@ -47,11 +47,10 @@ def _group_argument(schema) -> tuple[int, str] | None:
 
 
 def _is_enforcer_group(value, how: str) -> bool:
-    from enforcer.backend import EnforcerGroup
     if how == "name":
-        return state.group_named(str(value)) is not None
+        return groups.named(str(value)) is not None
     try:
-        return isinstance(dist.ProcessGroup.unbox(value), EnforcerGroup)
+        return isinstance(dist.ProcessGroup.unbox(value), GroupCore)
     except Exception:  # noqa: BLE001 — not a boxed ProcessGroup: not ours
         return False
 
@@ -64,17 +63,26 @@ def _observer(packet, op_name: str, where: tuple[int, str]):
         value = args[index] if index < len(args) else kwargs.get("group_name", kwargs.get("process_group"))
         if getattr(_tls, "depth", 0) or value is None or not _is_enforcer_group(value, how):
             return packet.redispatch(below, *args, **kwargs)
-        before = state.entered_count()
+        before = entered_count()
         _tls.depth = 1
         try:
             result = packet.redispatch(below, *args, **kwargs)
         finally:
             _tls.depth = 0
-        if state.entered_count() == before:
+        if entered_count() == before:
             _count(op_name)
         return result
 
     return kernel
+
+
+def entered() -> None:
+    """Mark that an op entered an enforcer group on this thread (the Python group calls it)."""
+    _tls.entered = getattr(_tls, "entered", 0) + 1
+
+
+def entered_count() -> int:
+    return getattr(_tls, "entered", 0)
 
 
 def _count(op_name: str) -> None:

@@ -17,7 +17,7 @@ the same program itself (or rank 0 plans and broadcasts its text)::
     moved = reshard_dtensor(dt, dst, dst_placements, program)
 
 * :func:`reshard` — one call per resharding on every rank of the world. The
-  first call with a program builds its :class:`~enforcer.reshard.Resharder`
+  first call with a program builds its :class:`~enforcer.reshard.resharder.Resharder`
   (collective: all ranks, same programs, same order); later calls with the same
   program (the same object, or an equal one) reuse it. Source ranks pass their
   local shard; destination ranks get their slice (they pass ``dtype=`` or
@@ -48,9 +48,8 @@ from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
-
-from enforcer.executor import GroupCache
-from enforcer.reshard import Resharder
+from enforcer.comm.subgroups import GroupCache
+from enforcer.reshard.resharder import Resharder
 from optimizer_service.plan import InvalidInputError
 from optimizer_service.plan.resharding import Box, ReshardProgram
 

@@ -1,0 +1,9 @@
+"""Inner communication: the backends motifs and programs run on.
+
+* :mod:`.inner` — which inner backend per device (gloo, NCCL, UCC) and how to make one;
+* :mod:`.ucc` — UCC as an inner backend and a channel's transport (``enforcer._ucc``);
+* :mod:`.sendrecv` — ring and chain collectives built from an inner backend's send and recv;
+* :mod:`.subgroups` — torch process groups per member set, made collectively.
+
+Imports none of the enforcer's rooms (only settings and the plan values).
+"""
