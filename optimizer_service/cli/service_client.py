@@ -17,9 +17,9 @@ import click
 import grpc
 
 from optimizer_service.errors import InvalidInputError, JobFailedError
-from optimizer_service.service.auth import bearer, channel_credentials
-from optimizer_service.service.requests import MAX_MESSAGE_BYTES
 from optimizer_service.settings import Settings
+from optimizer_service.wire.channel import open_channel
+from optimizer_service.wire.credentials import bearer, channel_credentials
 from p2.v1 import optimizer_pb2_grpc
 
 USER_ERRORS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
@@ -87,11 +87,6 @@ class Client:
 def connect(settings: Settings, service: str | None, token_file: Path | None, tls_ca: str | None,
             tls_cert: str | None, tls_key: str | None, timeout: float) -> Client:
     address = service or settings.service
-    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-               ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)]
-    if tls_ca or tls_cert:
-        channel = grpc.secure_channel(address, channel_credentials(tls_ca, tls_cert, tls_key), options=options)
-    else:
-        channel = grpc.insecure_channel(address, options=options)
+    channel = open_channel(address, channel_credentials(tls_ca, tls_cert, tls_key))
     return Client(address, optimizer_pb2_grpc.OptimizerStub(channel), channel,
                   bearer(settings.service_token(token_file)), timeout)

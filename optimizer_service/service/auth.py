@@ -7,6 +7,10 @@ metadata alone: the refusal never reads the request, so a caller without the
 token cannot make the service buffer or decode a byte of its body. TLS is
 configured from PEM files; with a CA file the service also requires and
 checks client certificates (mutual TLS).
+
+The token file, the metadata and the files' errors are the contract's, shared
+with the enforcer (:mod:`optimizer_service.wire.credentials`); the rules here
+are the service's: the shortest token it accepts, which calls need one.
 """
 
 from __future__ import annotations
@@ -16,15 +20,10 @@ from pathlib import Path
 
 import grpc
 
-from optimizer_service.errors import InvalidInputError
+from optimizer_service.wire import credentials
+from optimizer_service.wire.credentials import METADATA_KEY, OPTION_NAMES, AuthSetupError, authorization, read_file
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
-METADATA_KEY = "authorization"
-
-
-class AuthSetupError(InvalidInputError):
-    """A token or certificate file that cannot be used."""
-
 
 MIN_TOKEN_LENGTH = 16
 """Shortest token accepted: a guessable token opens every job (16 hex digits are 64 bits)."""
@@ -40,24 +39,9 @@ def check_token(token: str, where: str) -> str:
 
 
 def read_token(path: str | Path) -> str:
-    """The token in ``path`` (surrounding whitespace stripped); one line if it cannot be."""
-    try:
-        token = Path(path).read_text().strip()
-    except OSError as error:
-        raise AuthSetupError(f"cannot read the token file {path}: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise AuthSetupError(f"the token file {path} is not text") from None
-    if not token or any(c.isspace() for c in token):
-        raise AuthSetupError(f"the token file {path} must hold one token (no spaces), got "
-                             f"{'nothing' if not token else 'several words'}")
-    return check_token(token, f"the token file {path}")
-
-
-def _read(path: str | Path, what: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as error:
-        raise AuthSetupError(f"cannot read the {what} {path}: {error.strerror}") from None
+    """The service's token in ``path``: the file's one token (surrounding whitespace stripped),
+    long enough to be a secret; one line if it is not."""
+    return check_token(credentials.read_token(path, OPTION_NAMES), OPTION_NAMES.of(OPTION_NAMES.token, path))
 
 
 def server_credentials(cert: str | None, key: str | None, ca: str | None) -> grpc.ServerCredentials | None:
@@ -66,31 +50,17 @@ def server_credentials(cert: str | None, key: str | None, ca: str | None) -> grp
         return None
     if not cert or not key:
         raise AuthSetupError("TLS needs both --tls-cert and --tls-key")
-    pair = (_read(key, "TLS key"), _read(cert, "TLS certificate"))
-    root = _read(ca, "TLS CA certificate") if ca else None
+    pair = (read_file(key, OPTION_NAMES.of(OPTION_NAMES.key, key)),
+            read_file(cert, OPTION_NAMES.of(OPTION_NAMES.cert, cert)))
+    root = read_file(ca, OPTION_NAMES.of(OPTION_NAMES.ca, ca)) if ca else None
     return grpc.ssl_server_credentials([pair], root_certificates=root, require_client_auth=root is not None)
-
-
-def channel_credentials(ca: str | None, cert: str | None = None, key: str | None = None) -> grpc.ChannelCredentials:
-    """Client TLS credentials: trust ``ca`` (default: the system's roots); a client
-    certificate and key for mutual TLS."""
-    if bool(cert) != bool(key):
-        raise AuthSetupError("a client certificate needs its key too (--tls-cert and --tls-key)")
-    return grpc.ssl_channel_credentials(root_certificates=_read(ca, "TLS CA certificate") if ca else None,
-                                        private_key=_read(key, "TLS key") if key else None,
-                                        certificate_chain=_read(cert, "TLS certificate") if cert else None)
-
-
-def bearer(token: str | None) -> list[tuple[str, str]]:
-    """The call metadata that carries ``token``."""
-    return [(METADATA_KEY, f"Bearer {token}")] if token else []
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):
     """Refuses every call without the service's bearer token, except health checks."""
 
     def __init__(self, token: str) -> None:
-        self._expected = f"Bearer {token}".encode()
+        self._expected = authorization(token).encode()
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)

@@ -27,13 +27,10 @@ from typing import Any
 
 import grpc
 
-from optimizer_service.service.requests import MAX_MESSAGE_BYTES, MAX_TRACE_CHUNK, RequestError
+from optimizer_service.service.requests import RequestError
+from optimizer_service.wire.limits import LINK_MESSAGE_BYTES, MAX_MESSAGE_BYTES
 
 SMALL_REQUEST_BYTES = 64 * 1024          # every method's request unless it is named below
-#: A rank's stream carries Register (a topology document of at most 64 KiB), telemetry (at most
-#: 4 096 op and 8 192 motif timings; an op names its group's ranks) and trace chunks of at most
-#: 4 MiB: four chunks' worth leaves room for the telemetry of jobs of thousands of ranks.
-LINK_MESSAGE_BYTES = 4 * MAX_TRACE_CHUNK
 REQUEST_LIMITS: dict[str, int] = {
     "/p2.v1.Optimizer/SubmitPlan": MAX_MESSAGE_BYTES,
     "/p2.v1.EnforcerLink/Connect": LINK_MESSAGE_BYTES,

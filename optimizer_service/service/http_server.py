@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.service.auth import AuthSetupError
 from optimizer_service.service.exposure import is_loopback, is_wildcard
+from optimizer_service.wire.credentials import AuthSetupError
 
 if TYPE_CHECKING:
     from optimizer_service.service.http_protocol import DropLog

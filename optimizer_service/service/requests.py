@@ -1,8 +1,9 @@
 """Checks of what clients send, before anything acts on it.
 
 Every refusal is a :class:`RequestError`: one line naming the field and what
-is wrong; the servicers answer it with INVALID_ARGUMENT. The limits are here,
-in one place.
+is wrong; the servicers answer it with INVALID_ARGUMENT. The bounds of what a
+rank sends are the contract's (:mod:`optimizer_service.wire.limits`, shared
+with the enforcer); those of the admin API are here.
 """
 
 from __future__ import annotations
@@ -11,28 +12,26 @@ import math
 
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.service.store.validation import JOB_ID_PATTERN, preview
+from optimizer_service.wire.limits import (
+    MAX_CHANNEL,
+    MAX_HELD_VERSIONS,
+    MAX_ITERATION,
+    MAX_OP_BYTES,
+    MAX_SECONDS,
+    MAX_SWITCH_EVERY,
+    MAX_TELEMETRY_MOTIFS,
+    MAX_TELEMETRY_OPS,
+    MAX_TEXT,
+    MAX_TOPOLOGY_CHARACTERS,
+    MAX_TRACE_CHUNK,
+    MAX_VERSION,
+    MAX_WORLD_SIZE,
+)
 
-MAX_WORLD_SIZE = 65_536
-MAX_SWITCH_EVERY = 1_000_000
-MAX_TEXT = 256                   # host names, versions, backend names, reasons
-MAX_TELEMETRY_OPS = 4_096        # op timings in one Telemetry message
-MAX_TOPOLOGY_CHARACTERS = 64 * 1024  # a topology YAML document a rank sends with Register (the YAML loader's bound)
-MAX_TELEMETRY_MOTIFS = 8_192     # motif timings in one Telemetry message
-MAX_CHANNEL = 1_024
-MAX_TRACE_CHUNK = 4 * 1024 * 1024    # trace bytes in one TraceChunk
 MAX_TRACE_ITERATIONS = 10_000        # iterations of each rank's trace GetTraces may ask for
 MAX_TRACE_TIMEOUT = 600.0            # seconds GetTraces may wait for the ranks
 MAX_DECISIONS = 10_000               # decisions one ListDecisions may return
 DEFAULT_DECISIONS = 100
-MAX_MESSAGE_BYTES = 80 * 1024 * 1024    # the largest gRPC message either way (a plan of 64 MiB and then some)
-# Telemetry's physical bounds: generous for any real run, small enough that sums of a
-# window's values can never overflow a float (1.7e308 from two ranks did: "intermediate
-# overflow in fsum").
-MAX_SECONDS = 7 * 24 * 3600.0        # any duration, wait or offset a rank reports: one week
-MAX_ITERATION = 2**53 - 1            # an iteration index: exact as a double, far from uint64's wrap
-MAX_VERSION = 2**53 - 1              # a plan version a rank names (the store's own bound)
-MAX_OP_BYTES = 1 << 50               # one comm-op's payload: a pebibyte
-MAX_HELD_VERSIONS = 1_024
 DEFAULT_PAGE = 100                   # jobs one page of a list holds when the client asks for none
 MAX_PAGE = 1_000                     # the most jobs one page may hold
 

@@ -38,8 +38,8 @@ from optimizer_service.service.http_server import (DashboardServer, HttpLimits, 
 from optimizer_service.service.link_servicer import EnforcerLinkServicer
 from optimizer_service.service.replanning import ReplanConfig
 from optimizer_service.service.request_metrics import RequestMetricsInterceptor
-from optimizer_service.service.requests import MAX_MESSAGE_BYTES
 from optimizer_service.service.store.url import open_store
+from optimizer_service.wire.channel import MESSAGE_OPTIONS, SERVER_MIN_PING_INTERVAL_MS
 from p2.v1 import enforcer_link_pb2, enforcer_link_pb2_grpc, optimizer_pb2, optimizer_pb2_grpc
 
 log = logging.getLogger("p2.service")
@@ -51,12 +51,11 @@ SERVICE_NAMES = (optimizer_pb2.DESCRIPTOR.services_by_name["Optimizer"].full_nam
 #: largest any method takes (each method's own is checked by the RequestGuard); a connection that has not
 #: finished its TLS handshake and HTTP/2 preface within the handshake timeout is closed (grpc's default
 #: waits 120 s, holding a descriptor per idle socket).
-OPTIONS = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-           ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+OPTIONS = [*MESSAGE_OPTIONS,
            ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
            ("grpc.keepalive_time_ms", 10_000), ("grpc.keepalive_timeout_ms", 5_000),
            ("grpc.keepalive_permit_without_calls", 1),
-           ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+           ("grpc.http2.min_ping_interval_without_data_ms", SERVER_MIN_PING_INTERVAL_MS),
            ("grpc.so_reuseport", 0)]
 
 

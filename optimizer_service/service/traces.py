@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass, field
 
 from optimizer_service.plan.trace import TRACE_FORMAT
+from optimizer_service.wire.limits import MAX_TRACE_BYTES
 
-MAX_TRACE_BYTES = 64 << 20          # JSON bytes one rank may send for one request
 TRACE_ITERATIONS = 8                # finished iterations of each rank's trace a plan is made from
 TRACE_TIMEOUT_SECONDS = 60.0
 

@@ -37,9 +37,10 @@ from optimizer_service.plan import Plan
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import comm_op
 from optimizer_service.plan.op_plan import OpKey, OpPlan
-from optimizer_service.service.auth import AuthSetupError, read_token
+from optimizer_service.service.auth import read_token
 from optimizer_service.service.store.validation import JOB_ID_PATTERN
 from optimizer_service.settings import Settings
+from optimizer_service.wire.credentials import AuthSetupError
 from tests.dashboard.conftest import TOKEN, running_dashboard
 from tests.support.cli import p2
 from tests.support.responsiveness import HealthProbe

@@ -26,7 +26,7 @@ from optimizer_service.control.participant import (
     SendVote,
 )
 from optimizer_service.control.wire import ack_to_proto, from_service_message, vote_to_proto
-from optimizer_service.service.auth import bearer
+from optimizer_service.wire.credentials import bearer
 from p2.v1 import enforcer_link_pb2 as link
 from p2.v1 import enforcer_link_pb2_grpc
 

@@ -25,9 +25,10 @@ from google.protobuf.message import DecodeError
 
 from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_to_proto
-from optimizer_service.service.auth import bearer
-from optimizer_service.service.grpc_guard import LINK_MESSAGE_BYTES, SMALL_REQUEST_BYTES
+from optimizer_service.service.grpc_guard import SMALL_REQUEST_BYTES
 from optimizer_service.service.server import HANDSHAKE_TIMEOUT_MS, Service, ServiceConfig
+from optimizer_service.wire.credentials import bearer
+from optimizer_service.wire.limits import LINK_MESSAGE_BYTES
 from p2.v1 import enforcer_link_pb2 as link
 from p2.v1 import optimizer_pb2 as api
 from tests.support.participants import SimRank

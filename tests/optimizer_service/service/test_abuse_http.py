@@ -27,8 +27,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from optimizer_service.service.auth import bearer
 from optimizer_service.service.exposure import exposure_warning, listen_host
+from optimizer_service.wire.credentials import bearer
 from p2.v1 import optimizer_pb2 as api
 from p2.v1 import optimizer_pb2_grpc
 from tests.support.certs import MISSING, have_openssl, make_certificates
