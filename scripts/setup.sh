@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Create .venv/ and install everything the project needs. Idempotent: a second
-# run with unchanged pyproject.toml, setup.py, C++ sources (cpp_ext/) and this
-# script does nothing. UCC is built once per machine into ~/.cache/p2
-# (P2_CACHE_DIR) from ../shared/vendor; P2_SKIP_NATIVE=1 skips UCC and the torch
-# C++ extensions (the enforcer then runs its Python group, without UCC).
+# run with unchanged pyproject.toml, setup.py, proto/ (the .proto files and their
+# generator), C++ sources (cpp_ext/) and this script does nothing. UCC is built
+# once per machine into ~/.cache/p2 (P2_CACHE_DIR) from ../shared/vendor;
+# P2_SKIP_NATIVE=1 skips UCC and the torch C++ extensions (the enforcer then
+# runs its Python group, without UCC).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python=${P2_PYTHON:-python3}
 stamp=.venv/.p2-setup
 log=.venv/setup.log
-want=$({ echo pyproject.toml scripts/setup.sh setup.py proto/p2/v1/*.proto; find cpp_ext -type f | sort; } \
+want=$({ echo pyproject.toml scripts/setup.sh setup.py proto/generate_python.py proto/p2/v1/*.proto; find cpp_ext -type f | sort; } \
         | xargs cat | sha256sum | cut -d' ' -f1)
 native_ok() {       # the torch extensions are there and load (UCC's library may have left the cache)
     [ "${P2_SKIP_NATIVE:-0}" = 1 ] || TORCH_DEVICE_BACKEND_AUTOLOAD=0 .venv/bin/python -c \
@@ -62,6 +63,7 @@ pip install --upgrade pip
 # PyTorch first and pinned: this takes the CPU build already on the machine
 # instead of downloading gigabytes of CUDA packages.
 pip install torch==2.13.0
+# The package, editable; its build also generates p2.v1 from proto/ (setup.py).
 pip install -e '.[dev]'
 # The dashboard's chart library and its API page's Swagger UI, from the npm
 # registry (not committed, no CDN at run time; pages work without them).
@@ -91,7 +93,5 @@ if [ "${P2_SKIP_NATIVE:-0}" != 1 ]; then
         exit 1
     fi
 fi
-# The protobuf and gRPC modules of proto/ (importing p2.v1 also regenerates them when a .proto changed).
-.venv/bin/python -m p2.v1.generate
 echo "$want" > "$stamp"
 echo "setup: done" >&2
