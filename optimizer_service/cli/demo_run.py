@@ -52,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The jobs the demo can train: name -> example script (the DLRM-like job is the issue's; DDP the plainer one).
 JOBS = {"dlrm": "train_dlrm.py", "ddp": "train_ddp.py"}
 SWITCH_EVERY = 4
-#: A demo-length policy: the defaults' shape (optimizer_service/control/policy.py), shorter windows.
+#: A demo-length policy: the defaults' shape (optimizer_service/control/policy_config.py), shorter windows.
 POLICY = ("first_plan_after=20", "warmup=5", "window=15", "min_samples=8", "evaluate=12", "consecutive=8",
           "cooldown=20")
 #: Steps the judged first plan runs before the NIC is slowed: past the policy's baseline for it

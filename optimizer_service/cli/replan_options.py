@@ -30,7 +30,7 @@ def policy_config(items: tuple[str, ...]) -> PolicyConfig:
 
 def policy_help() -> str:
     defaults = PolicyConfig()
-    lines = ["--policy KEY=VALUE settings and their defaults (optimizer_service/control/policy.py says why):"]
+    lines = ["--policy KEY=VALUE settings and their defaults (optimizer_service/control/policy_config.py says why):"]
     lines += [f"  {f.name}={getattr(defaults, f.name)}" for f in dataclasses.fields(PolicyConfig)]
     return "\n".join(lines)
 

@@ -1,8 +1,7 @@
-"""The replanning policy's inputs and outputs as values: its config (set per
-job), its events (what the service feeds it) and its actions (what it asks the
-service to do, and the decisions it records). Re-exported by
-:mod:`optimizer_service.control.policy`, whose docstring says when each event
-is fed, what each action asks for, and why each default is what it is.
+"""The replanning policy's inputs and outputs as values: its events (what the
+service feeds it) and its actions (what it asks the service to do, and the
+decisions it records). Re-exported by :mod:`optimizer_service.control.policy`,
+whose docstring says when each event is fed and what each action asks for.
 
 Every action has a ``kind`` (a short word for the job's event log and the
 dashboard) and a ``reason`` (one human-readable sentence); ``str(action)`` is
@@ -12,54 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
-
-from optimizer_service.errors import InvalidInputError
-
-
-# ---------------------------------------------------------------- config
-@dataclass(frozen=True)
-class PolicyConfig:
-    """Thresholds (fractions), counts (iterations) and ``pending_timeout`` (seconds); the module docstring says why."""
-
-    first_plan_after: int = 20
-    warmup: int = 5
-    window: int = 20
-    min_samples: int = 10
-    min_gain: float = 0.05
-    slow_trigger: float = 0.15
-    slow_clear: float = 0.10
-    wait_trigger: float = 0.05
-    wait_clear: float = 0.03
-    consecutive: int = 10
-    cooldown: int = 30
-    max_backoff: int = 8
-    evaluate: int = 20
-    rollback_margin: float = 0.03
-    restore_gain: float = 0.10
-    drift_trigger: float = 0.20
-    channel_drift: float = 0.50
-    switch_within: int = 200
-    pending_timeout: float = 600.0
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not 1 <= self.min_samples <= self.evaluate <= self.window:
-            problems.append(f"1 <= min_samples <= evaluate <= window (got {self.min_samples}, {self.evaluate}, "
-                            f"{self.window})")
-        if self.warmup < 0 or self.first_plan_after < self.warmup + self.min_samples:
-            problems.append(f"0 <= warmup and first_plan_after >= warmup + min_samples (got {self.warmup}, "
-                            f"{self.first_plan_after})")
-        if not (0 <= self.slow_clear <= self.slow_trigger and 0 <= self.wait_clear <= self.wait_trigger):
-            problems.append("0 <= slow_clear <= slow_trigger and 0 <= wait_clear <= wait_trigger")
-        if not (0 <= self.min_gain < 1 and self.rollback_margin >= 0):
-            problems.append(f"0 <= min_gain < 1 and rollback_margin >= 0 (got {self.min_gain}, {self.rollback_margin})")
-        if not (self.min_gain <= self.restore_gain < 1 and 0 < self.drift_trigger and 0 < self.channel_drift):
-            problems.append(f"min_gain <= restore_gain < 1, drift_trigger > 0 and channel_drift > 0 (got "
-                            f"{self.restore_gain}, {self.drift_trigger}, {self.channel_drift})")
-        if min(self.consecutive, self.cooldown, self.max_backoff, self.switch_within) < 1 or self.pending_timeout <= 0:
-            problems.append("consecutive, cooldown, max_backoff, switch_within >= 1 and pending_timeout > 0")
-        if problems:
-            raise InvalidInputError("replanning policy config needs " + "; ".join(problems))
 
 
 # ---------------------------------------------------------------- events
@@ -160,8 +111,9 @@ class _Said:
 @dataclass(frozen=True)
 class RequestPlan(_Said):
     """Start a search for a better plan; answer with :class:`SearchDone` or
-    :class:`SearchFailed` carrying ``request``. ``trigger`` is one of
-    ``first``, ``cluster`` (a reported or a measured change), ``slow``, ``waits``, ``operator``."""
+    :class:`SearchFailed` carrying ``request``. ``trigger`` is the word of the
+    :class:`~.triggers.Trigger` that started it: ``first``, ``cluster`` (a
+    reported or a measured change), ``slow``, ``waits``, ``operator``."""
     request: int
     trigger: str
     reason: str
@@ -197,9 +149,9 @@ class Commit(_Said):
 class RollBack(_Said):
     """Re-install plan ``to_version`` (0: passthrough) instead of ``from_version``;
     answer with :class:`Committed` (``same_as=to_version`` when re-submitted under
-    a new version) or :class:`CommitFailed`. ``cause``: ``trial`` (the new plan
-    measured slower than the previous one) or ``restore`` (a plan known to be
-    faster in this cluster state)."""
+    a new version) or :class:`CommitFailed`. ``cause``: the word of the
+    :class:`~.triggers.Trigger`, ``trial`` (the new plan measured slower than the
+    previous one) or ``restore`` (a plan known to be faster in this cluster state)."""
     to_version: int
     from_version: int
     cause: str

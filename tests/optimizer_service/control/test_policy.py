@@ -180,13 +180,13 @@ def test_hysteresis_a_fired_trigger_rearms_only_below_the_clear_level():
     state, actions = feed(state, slow, 30, version=1)
     [request] = of(actions, RequestPlan)
     state, actions = step(state, SearchDone(request.request, 2, slow), 0.0)          # no better plan
-    assert notes(actions, "not-committed") and state.slow_latched
+    assert notes(actions, "not-committed") and state.watches.slow.latched
     # between the clear (10 %) and trigger (15 %) levels, and back over: latched, nothing
     state, actions = feed(state, [between] * 100 + [slow] * 100, version=1)
     assert not of(actions, RequestPlan) and not notes(actions, "cleared")
     # 10 medians in a row below 10 % re-arm it; slow again, it fires again
     state, actions = feed(state, low, 20, version=1)
-    assert notes(actions, "cleared") and not state.slow_latched
+    assert notes(actions, "cleared") and not state.watches.slow.latched
     state, actions = feed(state, slow, 300, version=1)
     assert [r.trigger for r in of(actions, RequestPlan)] == ["slow"]
 
@@ -245,7 +245,7 @@ def test_no_request_during_the_cooldown_after_a_commit():
     state, _ = step(state, Committed(1, 0.1), 0.0)
     # v1 measures 0.19 s (kept: faster than passthrough) but 90 % over its prediction
     state, actions = feed(state, 0.19, CFG.cooldown - 1, version=1)
-    assert not of(actions, RequestPlan) and state.slow_streak >= CFG.consecutive
+    assert not of(actions, RequestPlan) and state.watches.slow.streak >= CFG.consecutive
     state, actions = feed(state, 0.19, 1, version=1)
     assert [r.trigger for r in of(actions, RequestPlan)] == ["slow"]
 
@@ -421,15 +421,15 @@ def test_the_best_plan_of_a_cluster_state_is_restored_when_the_state_returns():
 @pytest.mark.parametrize("factor", [1.5, 0.6])
 def test_a_plan_drifting_from_its_baseline_is_a_cluster_change_nobody_reported(factor):
     state = running_plan()                                 # v1 kept at 0.175 s after its trial's window
-    assert state.baseline is None                          # the baseline is the second window's median
+    assert state.measurement.baseline is None                          # the baseline is the second window's median
     state, _ = feed(state, PREDICTED, CFG.window, version=1)
-    assert state.baseline == PREDICTED
+    assert state.measurement.baseline == PREDICTED
     state, actions = feed(state, PREDICTED * factor, CFG.window // 2 + CFG.consecutive, version=1)
     [drift] = notes(actions, "drift")
-    assert state.cluster == "A~d1" and state.baseline is None
+    assert state.cluster == "A~d1" and state.measurement.baseline is None
     assert f"{'over' if factor > 1 else 'under'} its 0.175 s baseline" in drift.reason and "A~d1" in drift.reason
     # the iterations that showed the drift are the new state's first measurements: no warm-up, no wait
-    assert len(state.window) >= CFG.consecutive and {seconds for seconds, _ in state.window} == {PREDICTED * factor}
+    assert len(state.measurement.window) >= CFG.consecutive and {seconds for seconds, _ in state.measurement.window} == {PREDICTED * factor}
     assert "deciding now (the last 10 count in it)" in drift.reason
     state, more = feed(state, PREDICTED * factor, 1, version=1)
     [request] = of(actions[actions.index(drift):] + more, RequestPlan)
@@ -449,7 +449,7 @@ def channel_run(state, seconds, n, ch0, ch1):
 def test_a_channel_slowed_against_channel_0_is_a_cluster_change_the_iteration_time_hides():
     state = running_plan()
     state, _ = channel_run(state, PREDICTED, CFG.window, 0.02, 0.03)
-    assert dict(state.channel_baseline) == {0: 0.02, 1: 0.03}
+    assert dict(state.measurement.channel_baseline) == {0: 0.02, 1: 0.03}
     # contention slows both channels alike (x2): no change
     state, actions = channel_run(state, PREDICTED, 100, 0.04, 0.06)
     assert not notes(actions, "drift") and state.channel_shift() == (1, pytest.approx(1.0))
@@ -518,6 +518,14 @@ def test_state_summary_is_json_and_actions_read_as_text():
     summary = json.loads(json.dumps(state.to_dict()))
     assert summary["phase"] == "searching" and summary["pending"]["request"] == request.request
     assert summary["measured"] == {"A": {"0": PASSTHROUGH}} and summary["config"]["cooldown"] == 30
+    assert list(summary) == ["phase", "paused", "cluster", "running", "iterations", "cooldown_left", "median_seconds",
+                             "median_wait_fraction", "predicted_seconds", "due", "baseline_seconds",
+                             "channel_baseline_seconds", "streaks", "latched", "fruitless", "pending", "trial",
+                             "measured", "config"]
+    assert summary["pending"] == {"what": "searching", "trigger": "first", "since": 0.0, "request": 1, "version": 0,
+                                  "due": ""}
+    assert summary["streaks"] == {"slow": 0, "waits": 0, "drift": 0, "channel": 0, "restore": 0}
+    assert summary["latched"] == {"slow": False, "waits": False}
     assert str(Note("kept", "fine")) == "kept: fine"
 
 

@@ -1,0 +1,213 @@
+"""The replanning policy's state as values: one job's :class:`Policy` and the
+parts it is made of (the running plan's :class:`Measurement`, the
+:class:`Watches` on its medians, the :class:`Pending` search or commit, the
+:class:`Trial` of a new plan), with the queries the service and the dashboard
+read. The rules that move it are in :mod:`.policy`."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from optimizer_service.control.hysteresis import Hysteresis
+from optimizer_service.control.policy_config import PolicyConfig
+from optimizer_service.control.triggers import Trigger
+
+WAITING, SEARCHING, COMMITTING, EVALUATING = "waiting", "searching", "committing", "evaluating"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """The search (``request``; ``what`` is ``"searching"``) or commit
+    (``version``; ``"committing"``) the policy waits for, since ``since``
+    (seconds), and the trigger that started it; ``due``: the cluster change a
+    :attr:`Trigger.CLUSTER` search answers."""
+
+    what: str
+    trigger: Trigger
+    since: float
+    request: int = 0
+    version: int = 0
+    due: str = ""
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "trigger": self.trigger.value}
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A committed plan under evaluation against the one that ran before it
+    (its median then, in this cluster state; None: nothing to compare with)."""
+
+    version: int
+    previous: int
+    previous_seconds: float | None
+    started: int
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The running plan's iterations in the current cluster state, from scratch
+    when another plan runs or the state changes. ``since_switch``: iterations
+    since then, of which the first ``warmup`` are not measured; ``window``:
+    ``(seconds, wait fraction)`` of the last ``window`` measured ones and
+    ``channel_window`` their ``(channel, motif seconds)``; ``baseline`` and
+    ``channel_baseline``: the medians over the second full window after the
+    warm-up, which drift is measured against."""
+
+    since_switch: int = 0
+    window: tuple[tuple[float, float], ...] = ()
+    channel_window: tuple[tuple[tuple[int, float], ...], ...] = ()
+    baseline: float | None = None
+    channel_baseline: tuple[tuple[int, float], ...] = ()
+
+    def add(self, seconds: float, wait_seconds: float, channel_seconds: Iterable[tuple[int, float]],
+            config: PolicyConfig) -> Measurement:
+        """One more iteration of the running plan (``seconds`` finite and positive)."""
+        since, window, channel_window = self.since_switch + 1, self.window, self.channel_window
+        if since > config.warmup:
+            window = (window + ((seconds, min(max(wait_seconds, 0.0) / seconds, 1.0)),))[-config.window:]
+            channels = tuple((c, s) for c, s in channel_seconds if math.isfinite(s) and s >= 0)
+            channel_window = (channel_window + (channels,))[-config.window:]
+        added = replace(self, since_switch=since, window=window, channel_window=channel_window)
+        median = added.median_seconds(config.min_samples)
+        if added.baseline is None and median is not None and since >= config.warmup + 2 * config.window:
+            added = replace(added, baseline=median,
+                            channel_baseline=tuple(added.channel_medians(config.min_samples).items()))
+        return added
+
+    def median_seconds(self, min_samples: int) -> float | None:
+        """The median iteration time, once ``min_samples`` are measured."""
+        if len(self.window) < min_samples:
+            return None
+        return statistics.median(seconds for seconds, _ in self.window)
+
+    def median_wait(self, min_samples: int) -> float | None:
+        """The median fraction of an iteration spent in dispatcher waits, once ``min_samples`` are measured."""
+        if len(self.window) < min_samples:
+            return None
+        return statistics.median(wait for _, wait in self.window)
+
+    def channel_medians(self, min_samples: int) -> dict[int, float]:
+        """Per channel with ``min_samples`` measured, its median motif seconds per iteration."""
+        values: dict[int, list[float]] = {}
+        for channels in self.channel_window:
+            for channel, seconds in channels:
+                values.setdefault(channel, []).append(seconds)
+        return {c: statistics.median(v) for c, v in sorted(values.items()) if len(v) >= min_samples}
+
+    def channel_shift(self, min_samples: int) -> tuple[int, float] | None:
+        """The channel whose motif time moved most against channel 0's since the baseline, with that factor."""
+        base, now = dict(self.channel_baseline), self.channel_medians(min_samples)
+        if not (base.get(0) and now.get(0)):
+            return None
+        shifts = [(c, (now[c] / base[c]) / (now[0] / base[0])) for c in now if c > 0 and base.get(c) and now[c] > 0]
+        return max(shifts, key=lambda item: abs(math.log(item[1])), default=None)
+
+
+@dataclass(frozen=True)
+class Watches:
+    """The conditions watched on the running plan's medians, each with its
+    hysteresis: ``slow`` and ``waits`` start searches and latch; ``drift`` and
+    ``channel`` take the cluster as changed; ``restore`` re-installs a known
+    faster plan. The field names are the dashboard's keys."""
+
+    slow: Hysteresis = Hysteresis()
+    waits: Hysteresis = Hysteresis()
+    drift: Hysteresis = Hysteresis()
+    channel: Hysteresis = Hysteresis()
+    restore: Hysteresis = Hysteresis()
+
+    def restart(self) -> Watches:
+        """Every streak from zero; latches stay (they clear when their condition does)."""
+        return Watches(*(getattr(self, f.name).restart() for f in fields(self)))
+
+    def streaks(self) -> dict[str, int]:
+        """Each watch's current streak, by name."""
+        return {f.name: getattr(self, f.name).streak for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One job's replanning state. ``count``: iterations accepted so far (the
+    clock of cooldowns); ``passthrough``: how many of them ran no plan;
+    ``first_done``: the first search (or any commit) happened; ``due``: a
+    cluster change that makes a search due, and why; ``drifts``: cluster
+    changes measured so far; ``cooldown_until``: nothing is decided before that
+    count; ``fruitless``: searches and commits in a row that changed nothing
+    (the backoff); ``predicted``: each plan's expected iteration time;
+    ``measured``: per cluster state, the latest median of each plan (version 0:
+    passthrough) that ran in it."""
+
+    config: PolicyConfig
+    cluster: str
+    paused: bool = False
+    count: int = 0
+    last_index: int | None = None
+    running: int = 0
+    passthrough: int = 0
+    measurement: Measurement = Measurement()
+    watches: Watches = Watches()
+    first_done: bool = False
+    due: str = ""
+    drifts: int = 0
+    cooldown_until: int = 0
+    fruitless: int = 0
+    next_request: int = 1
+    pending: Pending | None = None
+    trial: Trial | None = None
+    predicted: Mapping[int, float] = field(default_factory=dict)
+    measured: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+
+    @classmethod
+    def new(cls, cluster: str, config: PolicyConfig | None = None) -> Policy:
+        """A job's policy before its first iteration, in cluster state ``cluster``."""
+        return cls(config or PolicyConfig(), cluster)
+
+    @property
+    def phase(self) -> str:
+        if self.pending is not None:
+            return SEARCHING if self.pending.what == SEARCHING else COMMITTING
+        return EVALUATING if self.trial is not None else WAITING
+
+    def median_seconds(self) -> float | None:
+        """The running plan's median iteration time, once ``min_samples`` are measured."""
+        return self.measurement.median_seconds(self.config.min_samples)
+
+    def median_wait(self) -> float | None:
+        """The running plan's median fraction of an iteration spent in dispatcher waits."""
+        return self.measurement.median_wait(self.config.min_samples)
+
+    def best(self, excluding: int | None = None) -> tuple[int, float] | None:
+        """The plan with the lowest known median in the current cluster state (other
+        than version ``excluding``), with that median."""
+        known = {v: s for v, s in self.measured.get(self.cluster, {}).items() if v != excluding}
+        return min(known.items(), key=lambda item: (item[1], -item[0])) if known else None
+
+    def channel_medians(self) -> dict[int, float]:
+        """Per channel, the running plan's median motif seconds per iteration (``min_samples`` needed)."""
+        return self.measurement.channel_medians(self.config.min_samples)
+
+    def channel_shift(self) -> tuple[int, float] | None:
+        """The channel whose motif time moved most against channel 0's since the
+        baseline, with that relative factor (>1: it got slower than channel 0 did)."""
+        return self.measurement.channel_shift(self.config.min_samples)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready summary for the dashboard and the store."""
+        watches = self.watches
+        return {"phase": self.phase, "paused": self.paused, "cluster": self.cluster, "running": self.running,
+                "iterations": self.count, "cooldown_left": max(0, self.cooldown_until - self.count),
+                "median_seconds": self.median_seconds(), "median_wait_fraction": self.median_wait(),
+                "predicted_seconds": self.predicted.get(self.running), "due": self.due,
+                "baseline_seconds": self.measurement.baseline,
+                "channel_baseline_seconds": {str(c): s for c, s in self.measurement.channel_baseline},
+                "streaks": watches.streaks(),
+                "latched": {"slow": watches.slow.latched, "waits": watches.waits.latched}, "fruitless": self.fruitless,
+                "pending": None if self.pending is None else self.pending.to_dict(),
+                "trial": None if self.trial is None else asdict(self.trial),
+                "measured": {cluster: {str(v): s for v, s in plans.items()}
+                             for cluster, plans in self.measured.items()},
+                "config": {f.name: getattr(self.config, f.name) for f in fields(self.config)}}
