@@ -79,8 +79,8 @@ REPLANS = MetricSpec("p2_replans", "counter",
                      "Searches the replanning loop started, by trigger (first, slow, waits, cluster, operator).",
                      ("job_id", "reason"))
 PREDICTION_ERROR = MetricSpec("p2_prediction_error_ratio", "gauge",
-                              "Measured / predicted iteration time - 1 of the running plan (median of recent "
-                              "iterations).", ("job_id",))
+                              "Measured / predicted iteration time - 1 of the running plan (measured: the median "
+                              "over the replanning policy's window, the dashboard's measured time).", ("job_id",))
 ENFORCER_OPS = MetricSpec("p2_enforcer_ops", "counter",
                           "Comm-ops the jobs' enforcers ran, by kind and whether a plan ran them.",
                           ("job_id", "kind", "planned"))

@@ -26,7 +26,7 @@ from optimizer_service.errors import InvalidInputError, PlanError
 from optimizer_service.plan import Plan
 from optimizer_service.service import explore as explorer
 from optimizer_service.service import requests
-from optimizer_service.service.core import NotFoundError
+from optimizer_service.service.errors import NotFoundError
 from optimizer_service.service.requests import RequestError
 from optimizer_service.service.store.validation import JOB_ID_PATTERN
 

@@ -18,28 +18,29 @@ TELEMETRY_PAGE = 1_000      # iterations one telemetry answer carries at most
 PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
-
-def _loop(core: ServiceCore, job: Job):
-    return core.replanner.loops.get(job.job_id) if core.replanner is not None else None
+def _policy(core: ServiceCore, job: Job):
+    """The job's replanning policy (None: the service does not replan, or the job has had no event yet)."""
+    return core.replanner.policy(job.job_id) if core.replanner is not None else None
 
 
 def job_summary(core: ServiceCore, job: Job) -> dict:
-    """One row of the jobs page."""
+    """One row of the jobs page. ``iteration_seconds`` and ``measured_seconds`` are the
+    job's one measured iteration time (:meth:`ServiceCore.iteration_time`)."""
     expected = core.prediction(job)
     history = list(job.live.history)
-    loop = _loop(core, job)
+    policy = _policy(core, job)
     now = core.clock()
     connected = {rank for rank, info in job.ranks.items() if info.connected}
     return {"job_id": job.job_id, "state": job.state, "world_size": job.world_size,
             "ranks_registered": len(job.ranks), "ranks_connected": len(connected),
             "committed_version": job.coordinator.committed, "running_version": expected["running_version"],
             "iteration": max((info.iteration for info in job.ranks.values()), default=0),
-            "iteration_seconds": job.live.median_seconds(20),
+            "iteration_seconds": core.iteration_time(job).seconds,
             "predicted_seconds": expected["predicted_seconds"], "measured_seconds": expected["measured_seconds"],
             "prediction_error_ratio": expected["error_ratio"],
             "sparkline": [round(it.seconds, 6) for it in history[-SPARKLINE:]],
             "lagging": len(job.live.lagging(connected, now)),
-            "replanning": None if loop is None else {"phase": loop.policy.phase, "paused": loop.policy.paused},
+            "replanning": None if policy is None else {"phase": policy.phase, "paused": policy.paused},
             "created_unix": job.created_unix}
 
 
@@ -67,13 +68,13 @@ def job_detail(core: ServiceCore, job: Job) -> dict:
                       "last_iteration_seconds": live.seconds if live else None,
                       "last_wait_seconds": live.wait_seconds if live else None,
                       "lagging": rank in lagging})
-    loop = _loop(core, job)
+    policy = _policy(core, job)
     return {**job_summary(core, job), "epoch": job.coordinator.epoch, "switch_every": job.switch_every,
             "topology": job.topology if PRESET_NAME.fullmatch(job.topology) else "(YAML from the ranks)",
             "ranks": ranks, "waits": job.live.wait_table()[:200],
             "plans": [plan_state(state) for state in sorted(job.plans.values(), key=lambda p: p.version)],
-            "policy": None if loop is None else loop.to_dict()["policy"],
-            "topology_error": None if loop is None else loop.topology_error or None,
+            "policy": None if policy is None else policy.to_dict(),
+            "topology_error": None if policy is None else core.replanner.topology_error(job.job_id) or None,
             "now_unix": now}
 
 
@@ -142,8 +143,7 @@ async def diff(core: ServiceCore, job: Job, version: int, against: int | None, o
 def gantt(core: ServiceCore, job: Job, version: int, rank: int) -> dict:
     """One iteration of plan ``version``: the search's predicted timeline and
     ``rank``'s last measured one (when that rank last ran this version)."""
-    loop = _loop(core, job)
-    predicted = list(loop.timeline(version)) if loop is not None else []
+    predicted = list(core.replanner.timeline(job.job_id, version)) if core.replanner is not None else []
     timeline = job.live.timelines.get(rank)
     measured = None
     if timeline is not None and timeline["version"] == version:

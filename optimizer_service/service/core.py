@@ -1,37 +1,20 @@
-"""The service's transport-agnostic core: jobs, membership, the coordinator's
-driver, plans and their history. The gRPC servicers (and later the dashboard)
-only decode, call a method here and encode.
+"""The service's transport-agnostic core: jobs, membership, plans and their
+history. The gRPC servicers and the dashboard only decode, call a method here
+and encode.
 
-**Driver.** Every job has a :class:`~optimizer_service.control.coordinator.Coordinator`
-(pure decisions, :mod:`optimizer_service.control`). An event (a vote, an ack,
-a rank joining or leaving, a tick, a submitted plan) goes through
-``coordinator.step`` under the job's lock, and the actions come out in order:
-``Persist`` is written to the store and awaited — so a decision is durable
-before the ``Send`` that follows it leaves — ``Send`` puts messages in the
-ranks' outboxes, ``Emit`` publishes a job event, ``Refuse`` refuses the submit.
-When a ``Persist`` fails (the store is down) the job keeps its previous state
-and nothing after it is sent.
-
-**Store.** One worker thread does all store I/O (the SQLite connection lives
-on it), so the event loop never blocks on a disk or on Redis.
-
-**Start.** The service takes a new epoch from the store (higher than any
-before) and recovers every stored job from its decision log
-(``coordinator.recover``): a plan prepared without a decision is aborted, a
-decided commit is re-sent to the ranks as they reconnect.
+Each job's two-phase commit is carried out by the coordinator's driver
+(:mod:`optimizer_service.service.driver`: decisions durable before they are
+sent, recovery at start, fencing by a newer service); all store I/O runs on one
+thread (:mod:`optimizer_service.service.store_worker`); replanning, when on, is
+the :class:`~optimizer_service.service.replanning.Replanner`'s, which sees this
+core as a :class:`~optimizer_service.service.replan_host.ReplanHost`. A job's
+measured iteration time is one figure (:meth:`ServiceCore.iteration_time`).
 
 **Registration** is all or nothing: the job document a Register leaves is
 written before anything in memory changes, so a write the store refuses (a full
 disk, Redis out of memory) leaves no session, no rank, no job and no event, and
 the rank retries later. At most ``max_jobs`` jobs (``P2_MAX_JOBS``); operators
 delete finished ones (:meth:`ServiceCore.delete_job`, ``p2 jobs delete``).
-
-**Fencing.** Every log append carries the service's epoch and the store refuses
-it once a newer service took a higher one (:class:`StoreFencedError`). A
-replaced service that is still running therefore cannot make a decision
-durable, so it never sends the Commit or Abort behind it; it sets
-:attr:`ServiceCore.fenced`, closes its ranks' streams (they reconnect, to the
-newer service) and :func:`~optimizer_service.service.server.serve` exits.
 """
 
 from __future__ import annotations
@@ -40,55 +23,31 @@ import asyncio
 import dataclasses
 import logging
 import math
-import os
-import signal
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 
 from optimizer_service.control import coordinator as control
-from optimizer_service.control.coordinator import (
-    AckIn,
-    Emit,
-    Joined,
-    Left,
-    Persist,
-    Progress,
-    Refuse,
-    Send,
-    Submit,
-    Tick,
-    Timing,
-    VoteIn,
-)
-from optimizer_service.control.messages import Prepare
-from optimizer_service.control.wire import ack_from_proto, to_service_message, vote_from_proto
-from optimizer_service.errors import InvalidInputError
+from optimizer_service.control.coordinator import Joined, Left, Progress, Tick, Timing
+from optimizer_service.control.policy import PolicyConfig
+from optimizer_service.control.wire import ack_from_proto, vote_from_proto
 from optimizer_service.metrics import ServiceMetrics
 from optimizer_service.plan import Plan
 from optimizer_service.service import requests
+from optimizer_service.service.driver import CoordinatorDriver
+from optimizer_service.service.errors import NotFoundError, RefusedError
 from optimizer_service.service.events import EventBus
+from optimizer_service.service.iteration_time import IterationTime, of_history, of_policy
 from optimizer_service.service.jobs import LIVE, Job, PlanState, RankInfo, RankSession
+from optimizer_service.service.live import JobIteration, channel_waits, op_counts
+from optimizer_service.service.planning import usable_topology
 from optimizer_service.service.replanning import ReplanConfig, Replanner
 from optimizer_service.service.store.base import PlanStore, StoredPlan, StoreFencedError
-from optimizer_service.service.traces import (
-    MAX_TRACE_BYTES,
-    TRACE_ITERATIONS,
-    TRACE_TIMEOUT_SECONDS,
-    TraceRequestError,
-)
+from optimizer_service.service.store_worker import StoreWorker
+from optimizer_service.service.traces import TRACE_ITERATIONS, TRACE_TIMEOUT_SECONDS, TraceRequestError
+from optimizer_service.wire.limits import MAX_TRACE_BYTES
 from p2.v1 import enforcer_link_pb2 as link
 
 log = logging.getLogger("p2.service")
-
-
-class NotFoundError(InvalidInputError):
-    """A job or plan the request names does not exist (NOT_FOUND)."""
-
-
-class RefusedError(InvalidInputError):
-    """The request is well formed but cannot be served now (FAILED_PRECONDITION)."""
-
 
 DEFAULT_MAX_JOBS = 1_000
 
@@ -98,11 +57,9 @@ class ServiceCore:
                  tick_seconds: float = 0.2, clock: Callable[[], float] = time.time,
                  crash_at: str | None = None, replan: ReplanConfig | None = None,
                  metrics: ServiceMetrics | None = None, max_jobs: int = DEFAULT_MAX_JOBS) -> None:
-        self.crash_at = crash_at
         self.max_jobs = max_jobs
         self.metrics = metrics or ServiceMetrics()
-        self._store_factory = store_factory
-        self.store: PlanStore | None = None
+        self.worker = StoreWorker(store_factory)
         self.timing = timing
         self.tick_seconds = tick_seconds
         self.clock = clock
@@ -112,20 +69,35 @@ class ServiceCore:
         # and how many registrations of each are in flight.
         self._creating: dict[str, Job] = {}
         self._creating_refs: dict[str, int] = {}
-        self.epoch = 0
-        self._io_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="p2-store")
         self._ticker: asyncio.Task | None = None
-        self.fenced = asyncio.Event()
-        self.fenced_by: StoreFencedError | None = None
-        self.replanner = Replanner(replan) if replan is not None and replan.enabled else None
+        #: A job without a policy is measured with the window a policy would use (iteration_time).
+        self.policy_config = replan.policy if replan is not None else PolicyConfig()
+        self.replanner = Replanner(replan, self, self.metrics) if replan is not None and replan.enabled else None
+        self.driver = CoordinatorDriver(self.worker, self.jobs, self.events, self.metrics, clock=clock,
+                                        timing=timing, crash_at=crash_at, decided=self._decided)
+
+    @property
+    def store(self) -> PlanStore | None:
+        return self.worker.store
+
+    @property
+    def epoch(self) -> int:
+        """The service's epoch, taken from the store at start (higher than any service's before)."""
+        return self.driver.epoch
+
+    @property
+    def fenced(self) -> asyncio.Event:
+        """Set once a newer service took the store (see :mod:`.driver`): serve() exits."""
+        return self.driver.fenced
+
+    @property
+    def fenced_by(self) -> StoreFencedError | None:
+        return self.driver.fenced_by
 
     # ------------------------------------------------------------- lifecycle
     async def start(self) -> None:
-        self.store = await self._io(self._store_factory)
-        await self._io(self.store.ping)
-        self.epoch = await self._io(self.store.next_epoch)
-        for document in await self._io(self.store.list_jobs):
-            await self._recover(document)
+        await self.worker.open()
+        await self.driver.start()
         log.info("service: epoch %d, store %s, %d job(s) recovered", self.epoch, self.store.url, len(self.jobs))
         self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
 
@@ -146,139 +118,12 @@ class ServiceCore:
                 await self._save_plan_states(job)
             except Exception as error:
                 log.warning("job %s: storing the plans' states failed: %s", job.job_id, error)
-        if self.store is not None:
-            await self._io(self.store.close)
-        self._io_pool.shutdown(wait=True)
+        await self.worker.close()
 
-    async def _fault(self, point: str) -> None:
-        """Fault injection for the crash tests (``P2_CRASH_AT``, never set in
-        production): SIGKILL this process at ``point`` — after letting the event
-        loop write what is already queued, so a message "sent" has left."""
-        if self.crash_at == point:
-            await asyncio.sleep(0.2)
-            log.warning("service: crashing at %s (P2_CRASH_AT)", point)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    async def _io(self, function, *args):
-        return await asyncio.get_running_loop().run_in_executor(self._io_pool, function, *args)
-
-    async def _write(self, job: Job, method, *args):
-        """A store write of ``job``'s on the store's thread, skipped (NotFoundError) once
-        the job was deleted: the one thread runs writes in order, so nothing queued behind
-        a delete can bring a part of the job back."""
-        def guarded():
-            if job.deleted:
-                raise NotFoundError(f"job {job.job_id!r} was deleted")
-            return method(*args)
-        return await self._io(guarded)
-
-    async def _recover(self, document: dict) -> None:
-        job_id = document["job_id"]
-        log_records = await self._io(self.store.read_log, job_id)
-        versions = sorted({record["version"] for record in log_records if "version" in record})
-        plans: dict[int, Plan] = {}
-        for version in versions:
-            stored = await self._io(self.store.get_plan, job_id, version)
-            if stored is not None:
-                plans[version] = Plan.parse(stored.plan_json)
-        state, actions = control.recover(job_id, document["world_size"], document["switch_every"], log_records,
-                                         plans, self.epoch, self.clock(), self.timing)
-        job = Job(job_id, document["world_size"], document["switch_every"], document["created_unix"], state,
-                  ranks={int(rank): RankInfo.from_dict(info) for rank, info in document.get("ranks", {}).items()},
-                  was_live=document.get("was_live", False), topology=document.get("topology", ""))
-        for version in versions:
-            saved = await self._io(self.store.get_plan_state, job_id, version)
-            if saved is not None:
-                job.plans[version] = PlanState.from_dict(saved)
-        for record in log_records:          # the log, not the saved states, says what was decided
-            self._observe_record(job, record)
-        self.jobs[job_id] = job
-        self.metrics.on_plan_version(job_id, job.coordinator.committed)
-        self.metrics.on_connected(job_id, 0)
-        async with job.lock:
-            await self._execute(job, actions)
-
-    # ------------------------------------------------------------- the driver
-    async def _step(self, job: Job, event) -> list:
-        """One coordinator step and its actions, in order (call with the job's lock held)."""
-        state, actions = control.step(job.coordinator, event, self.clock())
-        await self._adopt(job, state, actions)
-        return actions
-
-    async def _adopt(self, job: Job, state: control.Coordinator, actions: list) -> None:
-        """Make ``state`` the job's and carry out ``actions``; if one fails (a Persist
-        the store refused), the job keeps its previous state and nothing later is sent."""
-        before, job.coordinator = job.coordinator, state
-        try:
-            await self._execute(job, actions)
-        except Exception:
-            job.coordinator = before
-            raise
-
-    async def _execute(self, job: Job, actions: list) -> None:
-        for action in actions:
-            if isinstance(action, Persist):
-                kind = action.record.get("type")
-                await self._fault(f"before-{kind}-persisted")
-                try:
-                    await self._write(job, self.store.append_log, job.job_id, action.record, self.epoch)
-                except StoreFencedError as error:
-                    self._fence(error)
-                    raise
-                self._observe_record(job, action.record)
-                if kind == "decision":
-                    self.metrics.on_decision(job.job_id, action.record["decision"], job.coordinator.committed)
-                if kind == "decision" and self.replanner is not None:
-                    self.replanner.loop(self, job).decided(action.record["version"], action.record["decision"],
-                                                           action.record.get("reason", ""))
-                await self._fault(f"{kind}-persisted")
-            elif isinstance(action, Send):
-                message = to_service_message(action.message)
-                what = type(action.message).__name__.lower()
-                for index, rank in enumerate(action.ranks):
-                    session = job.sessions.get(rank)
-                    if session is not None:
-                        session.send(message)
-                    if isinstance(action.message, Prepare):
-                        self._rank_state(job, action.message.version, rank, "prepare_sent")
-                    if index == 0:
-                        await self._fault(f"{what}-sent-to-one")
-                await self._fault(f"{what}-sent")
-            elif isinstance(action, Emit):
-                self.events.publish(job.job_id, action.kind, action.version, action.message, action.rank)
-            elif isinstance(action, Refuse):
-                pass            # the caller reads it from the returned actions
-
-    def _fence(self, error: StoreFencedError) -> None:
-        """A newer service owns the store: decide nothing more, let the ranks go."""
-        if self.fenced_by is None:
-            self.fenced_by = error
-            log.error("service: %s", error)
-            for job in self.jobs.values():
-                for session in list(job.sessions.values()):
-                    session.close()
-        self.fenced.set()
-
-    def _observe_record(self, job: Job, record: dict) -> None:
-        version = record.get("version")
-        if version is None:
-            return
-        plan = job.plans.setdefault(version, PlanState(version, self.clock()))
-        if record.get("type") == "prepare":
-            plan.switch_iteration = record.get("switch_iteration", 0)
-            plan.epoch = record.get("epoch", 0)
-        elif record.get("type") == "decision":
-            plan.decision = record["decision"]
-            plan.reason = record.get("reason", "")
-            plan.decided_unix = record.get("time", self.clock())
-            plan.epoch = record.get("epoch", plan.epoch)
-        plan.dirty = True
-
-    def _rank_state(self, job: Job, version: int, rank: int, state: str, reason: str = "") -> None:
-        plan = job.plans.setdefault(version, PlanState(version, self.clock()))
-        if plan.ranks.get(rank) != (state, reason):
-            plan.ranks[rank] = (state, reason)
-            plan.dirty = True
+    def _decided(self, job: Job, record: dict) -> None:
+        """The driver made a decision durable: the replanning policy hears it."""
+        if self.replanner is not None:
+            self.replanner.decided(job, record["version"], record["decision"], record.get("reason", ""))
 
     async def _save_plan_states(self, job: Job) -> None:
         """Write the plans' observed 2PC state (for operators; off the commit's
@@ -286,7 +131,7 @@ class ServiceCore:
         for plan in list(job.plans.values()):
             if plan.dirty and not job.deleted:
                 plan.dirty = False
-                await self._write(job, self.store.put_plan_state, job.job_id, plan.version, plan.to_dict())
+                await self.worker.write(job, self.store.put_plan_state, job.job_id, plan.version, plan.to_dict())
 
     async def _tick_loop(self) -> None:
         flushed = self.clock()
@@ -297,7 +142,7 @@ class ServiceCore:
                     async with job.lock:
                         if job.deleted:
                             continue
-                        await self._step(job, Tick())
+                        await self.driver.step(job, Tick())
                     await self._save_plan_states(job)
                 except Exception as error:          # the store is down: try again next tick
                     log.warning("job %s: tick failed: %s", job.job_id, error)
@@ -306,7 +151,7 @@ class ServiceCore:
                 for job in list(self.jobs.values()):
                     await self._flush_telemetry(job)
                     if self.replanner is not None and not job.deleted:
-                        self.replanner.loop(self, job).tick()
+                        self.replanner.tick(job)
 
     # ------------------------------------------------------------ enforcer link
     async def register(self, message: link.Register) -> RankSession:
@@ -375,15 +220,15 @@ class ServiceCore:
         new = job.job_id not in self.jobs
         if new or old is None or was_live != job.was_live or topology != job.topology:
             # The one write a registration needs, before anything changes: if it fails, nothing did.
-            await self._write(job, self.store.put_job, job.job_id,
-                              job.to_document(ranks=ranks, was_live=was_live, topology=topology))
+            await self.worker.write(job, self.store.put_job, job.job_id,
+                                    job.to_document(ranks=ranks, was_live=was_live, topology=topology))
         if new:
             self.jobs[job.job_id] = job
             self._creating.pop(job.job_id, None)
             self.metrics.on_plan_version(job.job_id, 0)
         if old is not None:             # one stream per rank: the old one is over (PROTOCOL.md)
             old.close()
-            await self._step(job, Left(message.rank))      # Left persists nothing: it cannot fail on the store
+            await self.driver.step(job, Left(message.rank))    # Left persists nothing: it cannot fail on the store
         session = RankSession(job.job_id, message.rank)
         job.sessions[message.rank] = session
         job.ranks[message.rank] = info
@@ -393,17 +238,15 @@ class ServiceCore:
                 self.events.publish(job.job_id, "topology", 0, "the ranks report a changed topology", message.rank)
             self.metrics.on_connected(job.job_id, job.connected)
             if self.replanner is not None:
-                loop = self.replanner.loop(self, job)
-                if topology != previous_topology:
-                    loop.topology_changed()
+                self.replanner.registered(job, topology_changed=topology != previous_topology)
             session.send(link.ServiceMessage(registered=link.Registered(
                 job_id=job.job_id, epoch=self.epoch, committed_version=job.coordinator.committed)))
             self.events.publish(job.job_id, "registered", message.running_version,
                                 f"host {message.host or '?'}, {message.backend or '?'}", message.rank)
             if job.state == LIVE:
                 self.events.publish(job.job_id, "live", 0, f"all {job.world_size} ranks connected")
-            await self._step(job, Joined(message.rank, message.running_version, tuple(message.held_versions),
-                                         message.iteration))
+            await self.driver.step(job, Joined(message.rank, message.running_version, tuple(message.held_versions),
+                                               message.iteration))
         except BaseException:
             await self._lose(job, session, "registration failed")     # the servicer's cleanup, done here
             raise
@@ -419,39 +262,21 @@ class ServiceCore:
         if body == "vote":
             vote = vote_from_proto(message.vote, session.rank)
             async with job.lock:
-                if vote.version in job.plans and vote.epoch == self.epoch:
-                    self._rank_state(job, vote.version, session.rank, "voted_yes" if vote.yes else "voted_no",
-                                     requests.reason(vote.reason))
-                await self._step(job, VoteIn(vote))
+                await self.driver.vote(job, vote)
         elif body == "ack":
             ack = ack_from_proto(message.ack, session.rank)
             async with job.lock:
-                if ack.version in job.plans and ack.have_plan:
-                    self._rank_state(job, ack.version, session.rank, "acked_commit" if ack.committed else "acked_abort")
-                await self._step(job, AckIn(ack))
+                await self.driver.ack(job, ack)
         elif body == "telemetry":
             telemetry = message.telemetry
             requests.telemetry(telemetry, job.world_size)
-            info.iteration = max(info.iteration, telemetry.iteration)
-            info.running_version = telemetry.running_version
-            window = job.telemetry
-            window.messages += 1
-            window.iterations.add(telemetry.iteration)
-            window.duration_sum += telemetry.duration_seconds
-            window.wait_sum += telemetry.wait_seconds
-            window.max_iteration = max(window.max_iteration, telemetry.iteration)
-            done, waits, ops = job.live.telemetry(session.rank, telemetry, info.last_seen_unix)
-            self.metrics.on_telemetry(job.job_id, session.rank, waits, ops)
-            for iteration in done:
-                self.metrics.on_iteration(job.job_id, iteration.seconds)
-                if self.replanner is not None:
-                    self.replanner.loop(self, job).iteration(iteration)
+            done = job.observe(session.rank, telemetry, info.last_seen_unix)
+            self.metrics.on_telemetry(job.job_id, session.rank, channel_waits(telemetry), op_counts(telemetry))
             if done:
-                expected = self.prediction(job)
-                self.metrics.on_running(job.job_id, done[-1].version, expected["error_ratio"])
+                self._completed(job, done)
             if telemetry.iteration > job.coordinator.iteration:
                 async with job.lock:
-                    await self._step(job, Progress(session.rank, telemetry.iteration))
+                    await self.driver.step(job, Progress(session.rank, telemetry.iteration))
         elif body == "trace_chunk":
             requests.trace_chunk(message.trace_chunk)
             job.traces.chunk(session.rank, message.trace_chunk)
@@ -480,8 +305,8 @@ class ServiceCore:
         if job.was_live:
             self.events.publish(job.job_id, "degraded", 0, f"rank {session.rank} lost")
         try:
-            await self._step(job, Left(session.rank))
-            await self._write(job, self.store.put_job, job.job_id, job.to_document())
+            await self.driver.step(job, Left(session.rank))
+            await self.worker.write(job, self.store.put_job, job.job_id, job.to_document())
         except Exception as error:
             log.warning("job %s: recording the loss of rank %d failed: %s", job.job_id, session.rank, error)
 
@@ -491,7 +316,7 @@ class ServiceCore:
             return
         job.telemetry = type(window)()
         try:
-            await self._write(job, self.store.add_telemetry, job.job_id, window.summary(self.clock()))
+            await self.worker.write(job, self.store.add_telemetry, job.job_id, window.summary(self.clock()))
         except Exception as error:
             log.warning("job %s: storing telemetry failed: %s", job.job_id, error)
 
@@ -538,34 +363,16 @@ class ServiceCore:
         if predicted_seconds is None:
             predicted_seconds = plan.predicted_iteration_seconds
         async with job.lock:
-            self._check_submission(job, plan)
-            version = await self._write(job, self.store.next_version, job_id)
+            self.driver.check(job, plan)
+            version = await self.worker.write(job, self.store.next_version, job_id)
             plan = dataclasses.replace(plan, version=version, predicted_iteration_seconds=predicted_seconds)
-            state, actions = self._submission(job, plan)
+            state, actions = self.driver.submission(job, plan)
             stored = StoredPlan(job_id, version, plan.to_json(), self.clock())
-            await self._write(job, self.store.add_plan, job_id, version, stored.plan_json, stored.submitted_unix)
+            await self.worker.write(job, self.store.add_plan, job_id, version, stored.plan_json, stored.submitted_unix)
             job.plans[version] = PlanState(version, stored.submitted_unix, origin=origin,
                                            predicted_seconds=predicted_seconds, dirty=bool(origin))
-            await self._adopt(job, state, actions)
+            await self.driver.adopt(job, state, actions)
             return job.plans[version], stored
-
-    def _check_submission(self, job: Job, plan: Plan) -> None:
-        """Refuse (:class:`RefusedError`, a "refused" event) what the coordinator would refuse
-        now, whatever version the plan gets: asked with the lowest version it could take."""
-        probe = dataclasses.replace(plan, version=job.coordinator.highest_version + 1)
-        _, actions = control.step(job.coordinator, Submit(probe), self.clock())
-        refused = [a for a in actions if isinstance(a, Refuse)]
-        if refused:
-            self.events.publish(job.job_id, "refused", 0, refused[0].reason)
-            raise RefusedError(refused[0].reason)
-
-    def _submission(self, job: Job, plan: Plan) -> tuple[control.Coordinator, list]:
-        state, actions = control.step(job.coordinator, Submit(plan), self.clock())
-        refused = [a for a in actions if isinstance(a, Refuse)]
-        if refused:
-            self.events.publish(job.job_id, "refused", plan.version, refused[0].reason)
-            raise RefusedError(refused[0].reason)
-        return state, actions
 
     async def store_plan(self, job_id: str, plan: Plan, *, origin: str,
                          predicted_seconds: float | None = None) -> PlanState:
@@ -573,10 +380,10 @@ class ServiceCore:
         replanning loop's search results, which the policy may or may not commit;
         :meth:`submit_stored` commits)."""
         job = self.job(job_id)
-        version = await self._write(job, self.store.next_version, job_id)
+        version = await self.worker.write(job, self.store.next_version, job_id)
         plan = dataclasses.replace(plan, version=version, predicted_iteration_seconds=predicted_seconds)
         now = self.clock()
-        await self._write(job, self.store.add_plan, job_id, version, plan.to_json(), now)
+        await self.worker.write(job, self.store.add_plan, job_id, version, plan.to_json(), now)
         state = job.plans[version] = PlanState(version, now, origin=origin, predicted_seconds=predicted_seconds,
                                                dirty=True)
         return state
@@ -587,8 +394,8 @@ class ServiceCore:
         _, stored = await self.plan(job_id, version)
         plan = Plan.parse(stored.plan_json)
         async with job.lock:
-            state, actions = self._submission(job, plan)
-            await self._adopt(job, state, actions)
+            state, actions = self.driver.submission(job, plan)
+            await self.driver.adopt(job, state, actions)
 
     def jobs_page(self, after: str = "", limit: int = requests.DEFAULT_PAGE) -> tuple[list[Job], str]:
         """The jobs whose id sorts after ``after``, by id, at most ``limit`` (validated by
@@ -619,9 +426,9 @@ class ServiceCore:
                 self.store.delete_job(job_id, self.epoch)
                 job.deleted = True
             try:
-                await self._io(drop)
+                await self.worker.run(drop)
             except StoreFencedError as error:
-                self._fence(error)
+                self.driver.fence(error)
                 raise
             del self.jobs[job_id]
             for session in list(job.sessions.values()):
@@ -629,9 +436,7 @@ class ServiceCore:
                 session.close()
             job.sessions.clear()
             if self.replanner is not None:
-                loop = self.replanner.loops.pop(job_id, None)
-                if loop is not None:
-                    loop.close()
+                self.replanner.forget(job_id)
             self.metrics.on_connected(job_id, 0)
             closed = f"; the streams of rank(s) {_ranks(connected)} closed" if connected else ""
             self.events.publish(job_id, "deleted", 0, f"job deleted{closed}")
@@ -651,11 +456,11 @@ class ServiceCore:
                 self.store.add_event(job_id, document)
             except Exception as error:
                 log.warning("job %s: storing event %s failed: %s", job_id, document.get("kind"), error)
-        self._io_pool.submit(write)
+        self.worker.post(write)
 
     async def plan(self, job_id: str, version: int) -> tuple[PlanState, StoredPlan]:
         job = self.job(job_id)
-        stored = await self._io(self.store.get_plan, job_id, version)
+        stored = await self.worker.run(self.store.get_plan, job_id, version)
         if stored is None:
             raise NotFoundError(f"job {job_id!r} has no plan version {version}; 'p2 plan list --job {job_id}' "
                                 "shows its plans")
@@ -668,46 +473,74 @@ class ServiceCore:
     async def decisions(self, job_id: str, limit: int) -> list[dict]:
         """The job's last ``limit`` replanning events from the store, newest last (NotFound for an unknown job)."""
         self.job(job_id)
-        return await self._io(self.store.recent_events, job_id, limit)
+        return await self.worker.run(self.store.recent_events, job_id, limit)
+
+    # ------------------------------------------------------------------ measuring
+    def _completed(self, job: Job, done: list[JobIteration]) -> None:
+        """Iterations of the job completed (in index order): the metrics, the replanning
+        policy, and the measured time on the record of the plan that ran them."""
+        for iteration in done:
+            self.metrics.on_iteration(job.job_id, iteration.seconds)
+            if self.replanner is not None:
+                self.replanner.iteration(job, iteration)
+            measured = self.iteration_time(job)
+            state = job.plans.get(measured.version)
+            if state is not None and measured.seconds is not None:
+                state.measured_seconds, state.measured_iterations = measured.seconds, measured.iterations
+                state.dirty = True
+        self.metrics.on_running(job.job_id, done[-1].version, self.prediction(job)["error_ratio"])
+
+    def iteration_time(self, job: Job) -> IterationTime:
+        """The job's measured iteration time, the one figure the dashboard, the metrics and the
+        plan records show: its replanning policy's window median, or without one (replanning
+        off) the same window over the same iterations (:mod:`.iteration_time`)."""
+        policy = self.replanner.policy(job.job_id) if self.replanner is not None else None
+        if policy is not None:
+            return of_policy(policy)
+        return of_history(job.live.history, self.policy_config)
 
     def prediction(self, job: Job) -> dict:
-        """The running plan's predicted and measured iteration time (median of the
-        last 20 iterations it ran) and the error ratio measured / predicted - 1."""
+        """The running plan's predicted and measured iteration time (:meth:`iteration_time`)
+        and the error ratio measured / predicted - 1."""
         running = job.live.history[-1].version if job.live.history else job.coordinator.committed
         state = job.plans.get(running)
         predicted = state.predicted_seconds if state is not None else None
-        measured = job.live.median_seconds(20, running)
-        error = measured / predicted - 1 if predicted and measured is not None else None
+        measured = self.iteration_time(job)
+        seconds = measured.seconds if measured.version == running else None
+        error = seconds / predicted - 1 if predicted and seconds is not None else None
         if error is not None and not math.isfinite(error):
             error = None            # a plan predicting a vanishing time: no meaningful ratio
-        return {"running_version": running, "predicted_seconds": predicted, "measured_seconds": measured,
+        return {"running_version": running, "predicted_seconds": predicted, "measured_seconds": seconds,
                 "error_ratio": error}
+
+    # ------------------------------------------------------------------ replanning
+    def record(self, job_id: str, kind: str, version: int, reason: str, details: Mapping[str, object]) -> None:
+        """A replanning decision: published as a job event and stored with ``details``."""
+        event = self.events.publish(job_id, kind, version, reason)
+        self.store_event(job_id, {"unix": event.unix, "kind": kind, "version": version, "reason": reason,
+                                  **details})
 
     def topology_yaml(self, job: Job) -> str:
         """The job's topology as YAML ('' when neither its ranks nor ``--topology`` give a usable one)."""
         if self.replanner is not None:
-            return self.replanner.loop(self, job).topology_yaml
-        from optimizer_service.service.planning import usable_topology
+            return self.replanner.topology_yaml(job)
         return usable_topology(job.topology)
 
-    def _loop(self, job_id: str):
-        job = self.job(job_id)
+    def _replanner(self) -> Replanner:
         if self.replanner is None:
             raise RefusedError("this service does not replan (it runs with --no-replan); plans come from operators")
-        return self.replanner.loop(self, job)
+        return self.replanner
 
     def pause_replanning(self, job_id: str, paused: bool, reason: str = "") -> dict:
         """An operator paused or resumed the job's replanning; the policy's state after it."""
-        loop = self._loop(job_id)
-        loop.pause(paused, reason)
-        return loop.policy.to_dict()
+        job = self.job(job_id)
+        return self._replanner().pause(job, paused, reason)
 
     def replan_now(self, job_id: str, reason: str = "") -> dict:
         """An operator asked for a search of the job now; the policy's state after it
         (its phase is ``searching`` when the search started, else a note says why not)."""
-        loop = self._loop(job_id)
-        loop.replan_now(reason)
-        return loop.policy.to_dict()
+        job = self.job(job_id)
+        return self._replanner().replan_now(job, reason)
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.service.core import NotFoundError, RefusedError
+from optimizer_service.service.errors import NotFoundError, RefusedError
 from optimizer_service.service.store.base import StoreConflictError, StoreError, StoreUnavailableError
 
 

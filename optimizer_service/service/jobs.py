@@ -14,7 +14,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from optimizer_service.control.coordinator import Coordinator
-from optimizer_service.service.live import LiveView
+from optimizer_service.service.live import JobIteration, LiveView
 from optimizer_service.service.traces import TraceRequests
 
 REGISTERING, LIVE, DEGRADED = "registering", "live", "degraded"
@@ -112,6 +112,13 @@ class TelemetryWindow:
     wait_sum: float = 0.0
     max_iteration: int = 0
 
+    def add(self, telemetry) -> None:
+        self.messages += 1
+        self.iterations.add(telemetry.iteration)
+        self.duration_sum += telemetry.duration_seconds
+        self.wait_sum += telemetry.wait_seconds
+        self.max_iteration = max(self.max_iteration, telemetry.iteration)
+
     def summary(self, unix: float) -> dict:
         return {"unix": unix, "messages": self.messages, "iterations": len(self.iterations),
                 "mean_iteration_seconds": self.duration_sum / self.messages if self.messages else 0.0,
@@ -143,6 +150,16 @@ class Job:
 
     def __post_init__(self) -> None:
         self.live = LiveView(self.world_size)
+
+    def observe(self, rank: int, telemetry, now: float) -> list[JobIteration]:
+        """One registered rank's Telemetry (already validated), received at ``now``: the
+        rank's progress, the telemetry summary the store gets, the live view; the job
+        iterations it completed, in index order."""
+        info = self.ranks[rank]
+        info.iteration = max(info.iteration, telemetry.iteration)
+        info.running_version = telemetry.running_version
+        self.telemetry.add(telemetry)
+        return self.live.observe(rank, telemetry, now)
 
     @property
     def connected(self) -> int:

@@ -8,17 +8,18 @@ the mean is the least noisy estimate of it), the dispatcher wait the mean of
 the ranks' waits. An index is complete once every rank reported it, or once
 some rank is :data:`STALE_ITERATIONS` ahead (a rank's telemetry queue
 overflowed, or a rank is gone): then with the ranks that did report. The
-replanning loop reads the same iterations.
+replanning policy and the measured iteration time
+(:mod:`optimizer_service.service.iteration_time`) read the same iterations.
 
 :class:`LiveView` keeps, per job and bounded in memory: the last
 :data:`HISTORY` iterations, each rank's last report, the dispatcher's wait per
 op and channel since the running plan started, and each rank's last
-iteration's op and motif timeline (for the measured Gantt).
+iteration's op and motif timeline (for the measured Gantt). What one report
+adds to the metrics is :func:`channel_waits` and :func:`op_counts`.
 """
 
 from __future__ import annotations
 
-import itertools
 import statistics
 from collections import deque
 from dataclasses import dataclass, field
@@ -131,10 +132,8 @@ class LiveView:
         self.waits_version = -1
         self.timelines: dict[int, dict] = {}
 
-    def telemetry(self, rank: int, message, unix: float) -> tuple[list[JobIteration], dict[int, float],
-                                                                   dict[tuple[str, bool], int]]:
-        """Take one rank's Telemetry: the job iterations it completed, and the
-        rank's waits per channel and op counts by (kind, planned) (for metrics)."""
+    def observe(self, rank: int, message, unix: float) -> list[JobIteration]:
+        """Take one rank's Telemetry: the job iterations it completed, in index order."""
         info = self.ranks.setdefault(rank, RankLive())
         info.iteration = max(info.iteration, message.iteration)
         info.version, info.seconds, info.wait_seconds, info.unix = (message.running_version, message.duration_seconds,
@@ -143,30 +142,19 @@ class LiveView:
             self.waits, self.waits_version = {}, message.running_version
         ops = {op.seq: op for op in message.ops}
         channel_seconds: dict[int, float] = {}
-        channel_waits: dict[int, float] = {}
         for motif in message.motifs:
             channel_seconds[motif.channel] = channel_seconds.get(motif.channel, 0.0) + motif.duration_seconds
-            channel_waits[motif.channel] = channel_waits.get(motif.channel, 0.0) + motif.wait_seconds
             op = ops.get(motif.op_seq)
             label = op_label(op.kind, op.group_seq, tuple(op.group), self.world_size) if op else f"op {motif.op_seq}"
             total = self.waits.setdefault((label, motif.channel), _WaitSum())
             total.seconds += motif.wait_seconds
             total.motifs += 1
-        counts: dict[tuple[str, bool], int] = {}
-        for op in message.ops:
-            counts[op.kind, op.enforced] = counts.get((op.kind, op.enforced), 0) + 1
         if rank < MAX_TIMELINE_RANKS or rank in self.timelines:
             self.timelines[rank] = _timeline(message, self.world_size)
         done = self.gatherer.add(rank, message.iteration, message.duration_seconds, message.wait_seconds,
                                  message.running_version, channel_seconds, unix)
         self.history.extend(done)
-        return done, channel_waits, counts
-
-    def median_seconds(self, last: int = 20, version: int | None = None) -> float | None:
-        """The median iteration time of the last ``last`` iterations (of ``version`` only, when given)."""
-        recent = itertools.islice(reversed(self.history), last)     # no copy of the whole history (a hot path)
-        values = [it.seconds for it in recent if version is None or it.version == version]
-        return statistics.median(values) if values else None
+        return done
 
     def lagging(self, connected: set[int], now: float) -> set[int]:
         """Ranks behind the job's newest iteration by :data:`LAG_ITERATIONS`, or silent too long."""
@@ -181,6 +169,22 @@ class LiveView:
                  "mean_wait_seconds": total.seconds / total.motifs if total.motifs else 0.0}
                 for (label, channel), total in self.waits.items()]
         return sorted(rows, key=lambda row: (-row["wait_seconds"], row["op"], row["channel"]))
+
+
+def channel_waits(message) -> dict[int, float]:
+    """A Telemetry's dispatcher waits, summed per channel."""
+    waits: dict[int, float] = {}
+    for motif in message.motifs:
+        waits[motif.channel] = waits.get(motif.channel, 0.0) + motif.wait_seconds
+    return waits
+
+
+def op_counts(message) -> dict[tuple[str, bool], int]:
+    """A Telemetry's comm-ops counted by (kind, whether a plan ran them)."""
+    counts: dict[tuple[str, bool], int] = {}
+    for op in message.ops:
+        counts[op.kind, op.enforced] = counts.get((op.kind, op.enforced), 0) + 1
+    return counts
 
 
 def _timeline(message, world_size: int) -> dict:

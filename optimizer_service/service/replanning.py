@@ -1,27 +1,31 @@
 """The live loop (issue 16): telemetry → policy → search → two-phase commit → measure.
 
 One :class:`JobLoop` per job drives the pure replanning policy
-(:mod:`optimizer_service.control.policy`) from what the service sees:
+(:mod:`optimizer_service.control.policy`) from what the service sees; the
+:class:`Replanner` holds them and is all the service core, the dashboard and
+the servicers call. It sees the core only as a
+:class:`~optimizer_service.service.replan_host.ReplanHost`:
 
 * **Iterations.** The service gathers every rank's telemetry into one
   :class:`~optimizer_service.service.live.JobIteration` per iteration index
   (:class:`~optimizer_service.service.live.IterationGatherer`: the mean over
   ranks) and feeds it here, in order, as the policy's
-  :class:`~optimizer_service.control.policy.Iteration`.
+  :class:`~optimizer_service.control.policy.Iteration`. The policy's window
+  median is the job's measured iteration time
+  (:mod:`optimizer_service.service.iteration_time`).
 * **Actions.** :class:`RequestPlan` collects every rank's trace window
-  (:meth:`ServiceCore.collect_traces`) and runs the joint search in the
+  (``ReplanHost.collect_traces``) and runs the joint search in the
   :class:`~optimizer_service.service.planning.Planner`'s worker process; its
   plan is stored under a fresh version (not committed) and the policy hears
   :class:`SearchDone`. :class:`Commit` submits that stored plan to the job's
   coordinator; :class:`RollBack` re-submits an earlier plan under a new
   version (version 0, passthrough, as a plan with no ops) — the coordinator's
   versions only grow. The coordinator's decisions come back as
-  :class:`Committed` / :class:`CommitFailed` (:meth:`JobLoop.decided`).
+  :class:`Committed` / :class:`CommitFailed` (:meth:`Replanner.decided`).
 * **Record.** Every action and note is published as a job event and stored
-  (``PlanStore.add_event``) with its kind and reason. Every plan's state
-  (:class:`~optimizer_service.service.jobs.PlanState`) carries its predicted
-  iteration time and, once it ran past the policy's warm-up, its measured
-  median.
+  with its kind and reason (``ReplanHost.record``). A plan the policy commits
+  carries the iteration time the policy expects of it
+  (:class:`~optimizer_service.service.jobs.PlanState` ``predicted_seconds``).
 
 The loop never blocks the event loop: searches run in the worker process,
 store writes on the store's thread, and a policy step is a pure function call.
@@ -32,10 +36,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import statistics
-from collections import deque
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from optimizer_service.control import policy as rules
 from optimizer_service.control.policy import (
@@ -57,21 +58,19 @@ from optimizer_service.control.policy import (
     Tick,
 )
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.metrics import ServiceMetrics
 from optimizer_service.plan import Plan
 from optimizer_service.service.jobs import Job
 from optimizer_service.service.live import JobIteration
-from optimizer_service.service.planning import Planner, SearchOutcome, resolve_topology, short_error
+from optimizer_service.service.planning import Planner, resolve_topology, short_error
+from optimizer_service.service.replan_host import ReplanHost
 from optimizer_service.service.traces import TRACE_ITERATIONS
 from optimizer_service.syndicate.passthrough import summary as passthrough_summary
-
-if TYPE_CHECKING:
-    from optimizer_service.service.core import ServiceCore
 
 log = logging.getLogger("p2.service")
 
 RESOLVE_SECONDS = 10.0      # reading a job's topology off the loop (the bounded loader needs milliseconds)
 MAX_TIMELINES = 8           # predicted timelines kept (of the newest searched versions)
-MEASURE_WINDOW = 50         # iterations of a plan its measured median is taken over
 
 
 @dataclass(frozen=True)
@@ -102,8 +101,9 @@ def _resolved(value: str) -> tuple[str, str]:
 class JobLoop:
     """One job's replanning: its policy and the searches and commits it asked for."""
 
-    def __init__(self, core: ServiceCore, planner: Planner, config: ReplanConfig, job: Job) -> None:
-        self.core, self.planner, self.config, self.job = core, planner, config, job
+    def __init__(self, host: ReplanHost, metrics: ServiceMetrics, planner: Planner, config: ReplanConfig,
+                 job: Job) -> None:
+        self.host, self.metrics, self.planner, self.config, self.job = host, metrics, planner, config, job
         self.topology_yaml = ""
         self.topology_error = ""
         self._topology_value: str | None = None      # the text last resolved (or being resolved)
@@ -111,10 +111,7 @@ class JobLoop:
         self._generation = 0
         self._search: tuple[int, asyncio.Task] | None = None
         self._same_as: dict[int, int] = {}          # version -> the version whose plan it re-installs
-        self._measured: dict[int, deque] = {}
-        self._since_switch = 0
         self._tasks: set[asyncio.Task] = set()
-        self.last_outcome: SearchOutcome | None = None
         self.timelines: dict[int, tuple[dict, ...]] = {}     # version -> the search's predicted timeline
         self.policy = Policy.new(cluster_key(""), config.policy)
         self._resolve_topology(initial=True)
@@ -178,20 +175,7 @@ class JobLoop:
 
     def iteration(self, it: JobIteration) -> None:
         """One completed iteration of the job (the ranks' mean), in index order."""
-        self._iteration(Iteration(it.index, it.seconds, it.wait_seconds, it.version, it.channels))
-
-    def _iteration(self, event: Iteration) -> None:
-        running = self.policy.running
-        self._since_switch = 1 if event.running_version != running else self._since_switch + 1
-        if self._since_switch > self.config.policy.warmup:
-            samples = self._measured.setdefault(event.running_version, deque(maxlen=MEASURE_WINDOW))
-            samples.append(event.seconds)
-            state = self.job.plans.get(event.running_version)
-            if state is not None and len(samples) >= self.config.policy.min_samples:
-                state.measured_seconds = statistics.median(samples)
-                state.measured_iterations = len(samples)
-                state.dirty = True
-        self._feed(event)
+        self._feed(Iteration(it.index, it.seconds, it.wait_seconds, it.version, it.channels))
 
     def decided(self, version: int, decision: str, reason: str) -> None:
         """The coordinator decided plan ``version`` (called once its decision is durable)."""
@@ -219,7 +203,7 @@ class JobLoop:
 
     # ------------------------------------------------------------- the policy
     def _feed(self, event) -> None:
-        self.policy, actions = rules.step(self.policy, event, self.core.clock())
+        self.policy, actions = rules.step(self.policy, event, self.host.clock())
         for action in actions:
             self._record(action)
             if isinstance(action, RequestPlan):
@@ -238,13 +222,11 @@ class JobLoop:
 
     def _record(self, action) -> None:
         version = getattr(action, "version", 0) or getattr(action, "to_version", 0)
-        event = self.core.events.publish(self.job.job_id, action.kind, version, action.reason)
-        document = {"unix": event.unix, "kind": action.kind, "version": version, "reason": action.reason,
-                    "iteration": self.policy.last_index, "phase": self.policy.phase}
+        details = {"iteration": self.policy.last_index, "phase": self.policy.phase}
         if isinstance(action, RequestPlan):
-            document["trigger"] = action.trigger
-            self.core.metrics.on_replan(self.job.job_id, action.trigger)
-        self.core.store_event(self.job.job_id, document)
+            details["trigger"] = action.trigger
+            self.metrics.on_replan(self.job.job_id, action.trigger)
+        self.host.record(self.job.job_id, action.kind, version, action.reason, details)
 
     def _start(self, coroutine) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -261,11 +243,11 @@ class JobLoop:
             if not self.topology_yaml:
                 raise InvalidInputError(self.topology_error or "the job's topology is not known yet")
             running = self.job.coordinator.committed_plan
-            traces = await self.core.collect_traces(self.job.job_id, self.config.trace_iterations)
+            traces = await self.host.collect_traces(self.job.job_id, self.config.trace_iterations)
             outcome = await self.planner.plan(traces, self.topology_yaml, self.config.budget, self.config.seed,
                                               running.to_json() if running is not None and running.ops else None)
             plan = Plan.parse(outcome.plan_json)
-            state = await self.core.store_plan(self.job.job_id, plan, origin=f"search r{request}",
+            state = await self.host.store_plan(self.job.job_id, plan, origin=f"search r{request}",
                                                predicted_seconds=outcome.predicted_seconds)
         except asyncio.CancelledError:
             raise
@@ -276,26 +258,24 @@ class JobLoop:
         finally:
             if self._search is not None and self._search[0] == request:
                 self._search = None
-        self.last_outcome = outcome
         self.timelines[state.version] = outcome.timeline
         for old in sorted(self.timelines)[:-MAX_TIMELINES]:
             del self.timelines[old]
         running_text = ("" if outcome.running_seconds is None
                         else f"the running plan {outcome.running_seconds:.4f} s, ")
         refitted = ", ".join(f"channel {c} x{r:.2f}" for c, r in outcome.channel_ratios.items())
+        motifs = f"; measured/predicted motif time: {refitted}" if refitted else ""
         reason = (f"search r{request}: {outcome.planned_ops} of {outcome.comm_ops} comm-ops planned in "
                   f"{outcome.search_seconds:.1f} s; the model predicts {outcome.predicted_seconds:.4f} s per "
-                  f"iteration ({running_text}FIFO {outcome.fifo_seconds:.4f} s){'; measured/predicted motif time: ' + refitted if refitted else ''}"
+                  f"iteration ({running_text}FIFO {outcome.fifo_seconds:.4f} s){motifs}"
                   f"; {passthrough_summary(outcome.passthrough)}")
-        event = self.core.events.publish(self.job.job_id, "searched", state.version, reason)
-        self.core.store_event(self.job.job_id, {"unix": event.unix, "kind": "searched", "version": state.version,
-                                                "reason": reason, "iteration": self.policy.last_index,
-                                                "phase": self.policy.phase, "search": outcome.to_dict()})
+        self.host.record(self.job.job_id, "searched", state.version, reason,
+                         {"iteration": self.policy.last_index, "phase": self.policy.phase, "search": outcome.to_dict()})
         self._feed(SearchDone(request, state.version, outcome.predicted_seconds, outcome.running_seconds))
 
     async def _commit(self, version: int) -> None:
         try:
-            await self.core.submit_stored(self.job.job_id, version)
+            await self.host.submit_stored(self.job.job_id, version)
         except Exception as error:
             self._feed(CommitFailed(version, str(error)))
 
@@ -305,10 +285,10 @@ class JobLoop:
             if to_version == 0:
                 plan = Plan(1, self.job.world_size, {0: None}, ())
             else:
-                plan = Plan.parse((await self.core.plan(self.job.job_id, to_version))[1].plan_json)
+                plan = Plan.parse((await self.host.plan(self.job.job_id, to_version))[1].plan_json)
             old = self.job.plans.get(to_version)
             # submit_plan reserves a version only once the coordinator would take the plan
-            state, _ = await self.core.submit_plan(self.job.job_id, plan, origin=f"rollback to v{to_version}",
+            state, _ = await self.host.submit_plan(self.job.job_id, plan, origin=f"rollback to v{to_version}",
                                                    predicted_seconds=old.predicted_seconds if old else None)
             self._same_as[state.version] = to_version
         except Exception as error:
@@ -318,27 +298,81 @@ class JobLoop:
         """The predicted timeline of plan ``version`` (a rollback's is the re-installed plan's); () if unknown."""
         return self.timelines.get(self._same_as.get(version, version), ())
 
-    def to_dict(self) -> dict:
-        return {"policy": self.policy.to_dict(), "topology_error": self.topology_error,
-                "last_search": None if self.last_outcome is None else self.last_outcome.to_dict()}
-
 
 class Replanner:
-    """Every job's :class:`JobLoop`, sharing one search worker."""
+    """Every job's :class:`JobLoop`, sharing one search worker. A job's loop starts
+    with the first event of the job; the reads (:meth:`policy`, :meth:`timeline`,
+    :meth:`topology_error`) start none."""
 
-    def __init__(self, config: ReplanConfig) -> None:
-        self.config = config
+    def __init__(self, config: ReplanConfig, host: ReplanHost, metrics: ServiceMetrics) -> None:
+        self.config, self.host, self.metrics = config, host, metrics
         self.planner = Planner()
-        self.loops: dict[str, JobLoop] = {}
+        self._loops: dict[str, JobLoop] = {}
 
-    def loop(self, core: ServiceCore, job: Job) -> JobLoop:
-        loop = self.loops.get(job.job_id)
+    def _loop(self, job: Job) -> JobLoop:
+        loop = self._loops.get(job.job_id)
         if loop is None:
-            loop = self.loops[job.job_id] = JobLoop(core, self.planner, self.config, job)
+            loop = self._loops[job.job_id] = JobLoop(self.host, self.metrics, self.planner, self.config, job)
         return loop
 
+    # ------------------------------------------------------------- what the service core saw
+    def registered(self, job: Job, topology_changed: bool) -> None:
+        """A rank of ``job`` registered; ``topology_changed``: with a topology other than the job's before."""
+        loop = self._loop(job)
+        if topology_changed:
+            loop.topology_changed()
+
+    def iteration(self, job: Job, it: JobIteration) -> None:
+        """One completed iteration of the job, in index order."""
+        self._loop(job).iteration(it)
+
+    def decided(self, job: Job, version: int, decision: str, reason: str) -> None:
+        """The coordinator decided plan ``version`` (called once its decision is durable)."""
+        self._loop(job).decided(version, decision, reason)
+
+    def tick(self, job: Job) -> None:
+        self._loop(job).tick()
+
+    def forget(self, job_id: str) -> None:
+        """The job was deleted: its loop stops (a search under way is cancelled)."""
+        loop = self._loops.pop(job_id, None)
+        if loop is not None:
+            loop.close()
+
+    # ------------------------------------------------------------- operators
+    def pause(self, job: Job, paused: bool, reason: str = "") -> dict:
+        """An operator paused (or resumed) the job's replanning; the policy's state after it."""
+        loop = self._loop(job)
+        loop.pause(paused, reason)
+        return loop.policy.to_dict()
+
+    def replan_now(self, job: Job, reason: str = "") -> dict:
+        """An operator asked for a search now; the policy's state after it."""
+        loop = self._loop(job)
+        loop.replan_now(reason)
+        return loop.policy.to_dict()
+
+    # ------------------------------------------------------------- reads
+    def policy(self, job_id: str) -> Policy | None:
+        """The job's replanning policy now (None before the job's first event)."""
+        loop = self._loops.get(job_id)
+        return None if loop is None else loop.policy
+
+    def topology_error(self, job_id: str) -> str:
+        """Why the job's topology cannot be read ("" when it can, or is not read yet)."""
+        loop = self._loops.get(job_id)
+        return "" if loop is None else loop.topology_error
+
+    def topology_yaml(self, job: Job) -> str:
+        """The job's topology as YAML ('' until it was read, or when it cannot be)."""
+        return self._loop(job).topology_yaml
+
+    def timeline(self, job_id: str, version: int) -> tuple[dict, ...]:
+        """The search's predicted timeline of the job's plan ``version``; () if unknown."""
+        loop = self._loops.get(job_id)
+        return () if loop is None else loop.timeline(version)
+
     def close(self) -> None:
-        for loop in self.loops.values():
+        for loop in self._loops.values():
             loop.close()
         self.planner.close()
-

@@ -55,6 +55,8 @@ def test_reads_show_a_running_job(dashboard):
     job = client.get("/api/jobs/alpha").json()
     assert [r["rank"] for r in job["ranks"]] == [0, 1, 2, 3] and all(r["connected"] for r in job["ranks"])
     assert job["plans"] == [] and job["waits"] == [] and job["policy"]["phase"] == "waiting"
+    # one measured iteration time: the policy's window median is the page's iteration time and measured time
+    assert job["iteration_seconds"] == job["measured_seconds"] == job["policy"]["median_seconds"] is not None
 
     telemetry = client.get("/api/jobs/alpha/telemetry", params={"since": -1}).json()
     indices = [it["iteration"] for it in telemetry["iterations"]]

@@ -6,8 +6,17 @@ from __future__ import annotations
 
 import json
 
+from optimizer_service.control.coordinator import Coordinator, Timing
 from optimizer_service.plan import Plan
-from optimizer_service.service.live import STALE_ITERATIONS, IterationGatherer, LiveView, op_label
+from optimizer_service.service.jobs import Job, RankInfo
+from optimizer_service.service.live import (
+    STALE_ITERATIONS,
+    IterationGatherer,
+    LiveView,
+    channel_waits,
+    op_counts,
+    op_label,
+)
 from optimizer_service.service.plan_view import plan_diff, plan_view
 from tests.support.plans import sample_plan
 from tests.support.telemetry import iteration_message
@@ -40,9 +49,10 @@ def test_the_view_keeps_history_waits_per_op_and_channel_lagging_ranks_and_timel
             if rank == 3 and iteration > 1:
                 continue                                         # rank 3 stopped at iteration 1
             message = iteration_message("j", rank, 4, iteration, 0.05, 1, wait=0.004).telemetry
-            done, waits, ops = view.telemetry(rank, message, 100.0 + iteration)
+            done = view.observe(rank, message, 100.0 + iteration)
+            assert done == ([view.history[-1]] if rank == 3 else [])       # rank 3 completes 0 and 1
     assert [it.index for it in view.history] == [0, 1]           # 2..5 wait for rank 3 (not yet stale)
-    assert waits == {0: 0.002, 1: 0.002} and ops == {("all_reduce", True): 2}
+    assert channel_waits(message) == {0: 0.002, 1: 0.002} and op_counts(message) == {("all_reduce", True): 2}
     assert view.lagging({0, 1, 2, 3}, now=105.0) == {3}
     assert view.lagging({0, 1, 2, 3}, now=105.0 + 60) == {0, 1, 2, 3}             # silent for a minute
     table = view.wait_table()
@@ -54,8 +64,19 @@ def test_the_view_keeps_history_waits_per_op_and_channel_lagging_ranks_and_timel
     timeline = view.timelines[0]
     assert timeline["iteration"] == 5 and timeline["version"] == 1
     assert [m["channel"] for m in timeline["motifs"]] == [0, 1, 0, 1] and len(timeline["ops"]) == 2
-    view.telemetry(0, iteration_message("j", 0, 4, 6, 0.05, 2, wait=0.004).telemetry, 107.0)
+    view.observe(0, iteration_message("j", 0, 4, 6, 0.05, 2, wait=0.004).telemetry, 107.0)
     assert all(row["motifs"] == 1 for row in view.wait_table())  # a new plan: waits start over
+
+
+def test_a_job_observes_a_ranks_telemetry_in_one_call_and_returns_the_iterations_it_completed():
+    job = Job("j", 2, 4, 0.0, Coordinator.new("j", 2, 1, 4, Timing()), ranks={0: RankInfo(), 1: RankInfo()})
+    assert job.observe(0, iteration_message("j", 0, 2, 7, 0.2, 1).telemetry, 10.0) == []
+    [done] = job.observe(1, iteration_message("j", 1, 2, 7, 0.4, 1).telemetry, 11.0)
+    assert (done.index, done.version, done.ranks) == (7, 1, 2) and abs(done.seconds - 0.3) < 1e-12
+    assert (job.ranks[1].iteration, job.ranks[1].running_version) == (7, 1)
+    summary = job.telemetry.summary(12.0)
+    assert (summary["messages"], summary["iterations"], summary["max_iteration"]) == (2, 1, 7)
+    assert job.live.ranks[0].unix == 10.0 and list(job.live.history) == [done]
 
 
 def test_op_labels_name_subgroups_only():

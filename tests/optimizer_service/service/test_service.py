@@ -16,9 +16,9 @@ from optimizer_service.control.coordinator import Timing
 from optimizer_service.control.policy import PolicyConfig
 from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_to_proto
-from optimizer_service.service.auth import bearer
 from optimizer_service.service.replanning import ReplanConfig
 from optimizer_service.service.server import Service, ServiceConfig
+from optimizer_service.wire.credentials import bearer
 from p2.v1 import enforcer_link_pb2 as link
 from p2.v1 import optimizer_pb2 as api
 from p2.v1 import optimizer_pb2_grpc, plan_pb2
@@ -238,12 +238,43 @@ def test_telemetry_with_motif_timings_reaches_the_replanning_policy_per_channel(
                           for k in range(3)]          # channel 0 twice, channel 1 once
                 sim.send(link.RankMessage(telemetry=link.Telemetry(
                     job_id="job-t", iteration=iteration, duration_seconds=0.1, motifs=motifs)))
-        loop = h.service.core.replanner.loops["job-t"]
-        await h.until(lambda: len(loop.policy.channel_window) >= 2)
+        replanner = h.service.core.replanner
+        await h.until(lambda: len(replanner.policy("job-t").measurement.channel_window) >= 2)
         assert all(sim.error is None for sim in ranks)
-        return loop.policy.channel_window[0], loop.policy.channel_medians()
+        policy = replanner.policy("job-t")
+        return policy.measurement.channel_window[0], policy.channel_medians()
 
     first, medians = run(scenario, config(tmp_path, replan=ReplanConfig(policy=policy, topology="hgx2-4n")))
     assert first == ((0, pytest.approx(0.03)), (1, pytest.approx(0.015)))     # mean over ranks of 0.02/0.04, 0.01/0.02
     assert medians == {0: pytest.approx(0.03), 1: pytest.approx(0.015)}
 
+
+
+def test_without_replanning_a_job_is_measured_over_the_policys_window_and_its_plan_records_it(tmp_path):
+    """One measured iteration time: with --no-replan the same window the policy would keep (warm-up
+    after the switch, the last ``window``, ``min_samples`` needed) is what the plan record, the
+    prediction and the dashboard read."""
+    policy = PolicyConfig(first_plan_after=1000, warmup=2, window=4, min_samples=3, evaluate=3)
+
+    async def scenario(h: Harness):
+        ranks = await h.join("job-m", 2)
+        await h.call("SubmitPlan", api.SubmitPlanRequest(job_id="job-m", plan=empty_plan(2)))
+        await h.until(lambda: all(1 in sim.acked for sim in ranks))
+        core = h.service.core
+        job = core.job("job-m")
+        for iteration in range(1, 11):          # passthrough for 3 iterations, then v1 at iteration/10 s
+            for sim in ranks:
+                sim.send(link.RankMessage(telemetry=link.Telemetry(
+                    job_id="job-m", iteration=iteration, duration_seconds=iteration / 10,
+                    running_version=0 if iteration <= 3 else 1)))
+            if iteration == 5:
+                await h.until(lambda: job.live.history and job.live.history[-1].index == 5)
+                assert core.iteration_time(job).seconds is None     # 2 warm-up iterations of v1, none measured
+        await h.until(lambda: job.live.history and job.live.history[-1].index == 10)
+        return core.iteration_time(job), job.plans[1], core.prediction(job)
+
+    measured, record, prediction = run(scenario, config(tmp_path, replan=ReplanConfig(enabled=False, policy=policy)))
+    assert (measured.version, measured.iterations) == (1, 4)
+    assert measured.seconds == pytest.approx(0.85)          # median of 0.7, 0.8, 0.9, 1.0
+    assert (record.measured_seconds, record.measured_iterations) == (measured.seconds, 4)
+    assert prediction["running_version"] == 1 and prediction["measured_seconds"] == measured.seconds
