@@ -12,8 +12,10 @@ training scripts only change ``backend="p2enforcer"``.
 * :mod:`enforcer.group.bypass` — counts ops that reach the inner backend directly;
 * :mod:`optimizer_service.plan.op_plan` — the plan it installs (pure);
 * :mod:`enforcer.runtime.plan_runtime` — ordered dispatch of motifs over channels;
-* :mod:`enforcer.link.link`, :mod:`enforcer.link.prepare`, :mod:`enforcer.link.switching` — the link to the
-  optimizer service (``P2_SERVICE``): two-phase commit of plans, switched at agreed iterations;
+* :mod:`enforcer.link` — the link to the optimizer service (``P2_SERVICE``): two-phase commit of plans,
+  switched at agreed iterations;
+* :mod:`enforcer.register` — registration with torch and its creator hook: builds the group, installs
+  ``P2_PLAN_FILE``, starts the link;
 * :mod:`enforcer.comm.sendrecv`, :mod:`enforcer.programs.executor` (with the pure :mod:`optimizer_service.plan.layout`) —
   P² reduction programs on a flat tensor.
 """
@@ -31,15 +33,14 @@ from enforcer.api import (  # noqa: E402
     bypass_counts,
     export_trace,
     group_of,
-    implementation,
     install_plan,
     metrics_text,
     plan_version,
-    register,
     remove_plan,
     step,
     trace,
 )
+from enforcer.register import implementation, register  # noqa: E402
 
 __all__ = ["attach", "bypass_counts", "export_trace", "group_of", "implementation", "install_plan", "metrics_text",
            "plan_version", "register", "remove_plan", "step", "trace"]

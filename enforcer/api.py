@@ -6,11 +6,7 @@ import logging
 import os
 from pathlib import Path
 
-
 from enforcer import groups, state
-from enforcer.group import bypass
-
-
 from enforcer.group.core import group_of  # noqa: F401 — re-exported by the package
 from enforcer.link import switching
 from enforcer.trace import trace_path
@@ -18,23 +14,6 @@ from optimizer_service.metrics import enforcer_exposition
 from optimizer_service.plan import InvalidInputError
 
 log = logging.getLogger("enforcer")
-
-
-def register() -> str:
-    """Register the ``p2enforcer`` backend (done on ``import enforcer``; idempotent);
-    returns the implementation in use, ``cpp`` or ``python``. Only the Python group
-    can be bypassed, so only it installs the bypass counter."""
-    from enforcer.group.python import register as register_backend
-    state.settings()                  # read the P2_* settings once, now
-    impl = register_backend()
-    if impl == "python":
-        bypass.install()
-    return impl
-
-
-def implementation() -> str:
-    """The p2enforcer implementation this process registered: ``cpp`` or ``python``."""
-    return register()
 
 
 def step() -> int:
@@ -51,7 +30,7 @@ def step() -> int:
     for group in live:
         if group.link is not None:
             group.link.iteration_done(iteration - 1)
-            switching.at_boundary(group, group.link, iteration)
+            switching.at_boundary(group, group.link.session, iteration)
     return iteration
 
 

@@ -2,25 +2,22 @@
 C++: :class:`enforcer.group.native.NativeGroup` around ``enforcer._native.EnforcerBackend``).
 
 A group knows its store, timeout, global ranks and label, makes one inner
-backend per device (:mod:`enforcer.comm.inner`) under its own store prefix, holds
-the installed plan runtime (``runtime``; ``None`` in passthrough) and, for the
-default group with ``P2_SERVICE``, the link to the optimizer service. The
-plan runtime, the link and ``enforcer.step()`` only use what is here, so they
-work on either implementation.
+backend per device (:mod:`enforcer.comm.inner`) under its own store prefix and
+holds the installed plan runtime (``runtime``; ``None`` in passthrough). The
+default group with ``P2_SERVICE`` also holds the link to the optimizer service
+that the composition root (:mod:`enforcer.register`) started on it, and closes
+it with itself; the group never imports the link. The plan runtime, the link
+and ``enforcer.step()`` only use what is here, so they work on either implementation.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 from datetime import timedelta
 
 import torch.distributed as dist
+
 from enforcer import groups, state
-
 from enforcer.comm import inner
-
-log = logging.getLogger("enforcer")
 
 
 def creator_arguments(backend_options) -> tuple:
@@ -70,28 +67,8 @@ class GroupCore:
         # The default group is made before torch counts as initialized.
         self.is_default = not dist.is_initialized()
         self.installs = 0                       # plans installed so far (names their store keys)
-        self.link = None                        # enforcer.link.link.Link: the default group's, with P2_SERVICE
+        self.link = None                        # the default group's link, with P2_SERVICE (set by enforcer.register)
         return self._inner
-
-    def _start(self) -> None:
-        """Register the group; the default group installs ``P2_PLAN_FILE`` and starts the service link."""
-        groups.register(self)
-        settings = state.settings()
-        if self.is_default and settings.plan_file:
-            self._install_from_env(settings.plan_file)
-        if self.is_default and settings.service:
-            from enforcer.link import link
-            self.link = link.start(self, settings, os.environ)
-
-    def _install_from_env(self, path: str) -> None:
-        """``P2_PLAN_FILE``: the plan to enforce from the first op on; one that does
-        not fit the job is logged and the group stays in passthrough."""
-        from enforcer.runtime.plan_file import install
-        from optimizer_service.plan import PlanError
-        try:
-            install(self, path)
-        except PlanError as error:
-            log.error("p2enforcer: P2_PLAN_FILE=%s not installed, passing every op through: %s", path, error)
 
     def new_runtime(self, plan, store_prefix: str | None = None, store: dist.Store | None = None):
         """A plan runtime for this group (collective: makes the channel backends); not started."""

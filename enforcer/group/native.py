@@ -1,7 +1,7 @@
 """The C++ ``p2enforcer`` backend (``enforcer._native``, sources in ``cpp_ext/enforcer/``) seen from Python.
 
 With ``P2_ENFORCER_IMPL=cpp`` (the default when the extension is built) torch's
-creator hook returns an ``EnforcerBackend``: a ``c10d::Backend`` that torch
+creator hook (:mod:`enforcer.register`) returns an ``EnforcerBackend``: a ``c10d::Backend`` that torch
 registers on the process group for cpu and cuda. Every op reaches it in C++
 — the torch.distributed calls, DDP's reducer, FSDP2, the c10d dispatcher ops
 and the functional collectives alike, so nothing can bypass it — and, in
@@ -22,8 +22,8 @@ import logging
 from datetime import timedelta
 
 import torch.distributed as dist
-from enforcer import state
-from enforcer.group.core import GroupCore, creator_arguments
+from enforcer import groups, state
+from enforcer.group.core import GroupCore
 from enforcer.group.native_trace import NativeTracer
 
 log = logging.getLogger("enforcer")
@@ -61,7 +61,7 @@ class NativeGroup(GroupCore):
                                                inner)
         # The backend holds these until torch shuts it down (then it lets go: no cycle outlives the group).
         self.backend.set_on_close(self._close)
-        self._start()
+        groups.register(self)
 
     def rank(self) -> int:
         return self._rank
@@ -90,8 +90,3 @@ class NativeGroup(GroupCore):
             self.backend.monitored_barrier(wait_all_ranks=wait_all_ranks)
         else:
             self.backend.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
-
-
-def create(backend_options: dist.distributed_c10d._DistributedBackendOptions, _pg_options=None):
-    """torch's creator hook for the C++ backend: the ``EnforcerBackend`` torch registers on the group."""
-    return NativeGroup(*creator_arguments(backend_options)).backend

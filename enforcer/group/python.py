@@ -24,8 +24,9 @@ creates an :class:`EnforcerGroup`: a Python subclass of torch's
 * With a plan (:mod:`enforcer.runtime.plan_runtime`), ops the plan names are handed to the
   dispatcher; every other op still passes through.
 
-* With ``P2_SERVICE`` the default group also starts the rank's link to the
-  optimizer service (:mod:`enforcer.link.link`), closed with the group.
+* With ``P2_SERVICE`` the default group holds the rank's link to the
+  optimizer service (:mod:`enforcer.link`), started on it by :mod:`enforcer.register`
+  (which also registers this class with torch) and closed with the group.
 
 The inner backends of a group use its own store prefix, so ``new_group`` with
 this backend gives each subgroup its own inner communicators.
@@ -33,7 +34,6 @@ this backend gives each subgroup its own inner communicators.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -41,15 +41,13 @@ import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup
 
-from enforcer import state
+from enforcer import groups, state
 from enforcer.comm import inner
 from enforcer.group import bypass
-from enforcer.group.core import GroupCore, creator_arguments, group_of
+from enforcer.group.core import GroupCore
 from enforcer.group.works import all_of, on_complete
 from optimizer_service.plan import InvalidInputError
 from optimizer_service.plan.trace import COMM_KINDS
-
-log = logging.getLogger("enforcer")
 
 BACKEND_NAME = "p2enforcer"
 
@@ -98,7 +96,7 @@ class EnforcerGroup(ProcessGroup, GroupCore):
         self._cpu = self._inner.get("cpu")
         self.tracer = state.reset_tracer(rank, size) if self.is_default else state.tracer()
         self.runtime = None                     # enforcer.runtime.plan_runtime.PlanRuntime once a plan is installed
-        self._start()
+        groups.register(self)
 
     # -------------------------------------------------------------- plumbing
     def getBackendName(self) -> str:
@@ -281,60 +279,3 @@ def _allreduce_options(op) -> dist.AllreduceOptions:
     if op is not None:
         opts.reduceOp = op
     return opts
-
-
-def create(backend_options: dist.distributed_c10d._DistributedBackendOptions, _pg_options=None) -> EnforcerGroup:
-    """torch's creator hook for the Python group."""
-    return EnforcerGroup(*creator_arguments(backend_options))
-
-
-def implementation() -> str:
-    """``cpp`` or ``python``: ``P2_ENFORCER_IMPL``, else the C++ backend when it is built.
-    Asking for cpp where it is not built logs why and uses the Python group."""
-    from enforcer.group import native
-    wanted = state.settings().impl
-    if wanted == "python":
-        return "python"
-    if native.available():
-        return "cpp"
-    if wanted == "cpp":
-        log.error("p2enforcer: P2_ENFORCER_IMPL=cpp but %s; using the Python group", native.why_unavailable())
-    return "python"
-
-
-def register() -> str:
-    """Register ``p2enforcer`` with torch.distributed (idempotent); returns the implementation used."""
-    if BACKEND_NAME.upper() in dist.Backend._plugins:
-        return _registered[0]
-    impl = implementation()
-    if impl == "cpp":
-        from enforcer.group.native import create as creator
-    else:
-        creator = create
-    dist.Backend.register_backend(BACKEND_NAME, creator, extended_api=True, devices=["cpu", "cuda"])
-    _registered[:] = [impl]
-    _accept_monitored_barrier()
-    return impl
-
-
-_registered = ["python"]
-
-
-def _accept_monitored_barrier() -> None:
-    """torch's ``dist.monitored_barrier`` refuses every backend not named
-    "gloo" before it reaches the group; ours runs it on the inner gloo. The
-    replacement handles enforcer groups and defers to torch's for all others."""
-    original = dist.monitored_barrier
-    if getattr(original, "_p2enforcer", False):
-        return
-
-    def monitored_barrier(group=None, timeout=None, wait_all_ranks: bool = False):
-        ours = group_of(group)
-        if ours is not None:
-            return ours.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
-        return original(group, timeout=timeout, wait_all_ranks=wait_all_ranks)
-
-    monitored_barrier.__doc__ = original.__doc__
-    monitored_barrier._p2enforcer = True
-    dist.monitored_barrier = monitored_barrier
-    dist.distributed_c10d.monitored_barrier = monitored_barrier

@@ -44,6 +44,8 @@ import time
 from collections.abc import Callable
 
 import torch.distributed as dist
+
+from enforcer.link.default_group import DefaultGroup
 from enforcer.runtime import plan_groups
 from enforcer.runtime.plan_groups import PlanRuntimes
 from optimizer_service.control.participant import Built
@@ -70,7 +72,7 @@ class PreparedPlans:
     runtime (on a thread of its own: it may be called on the training thread).
     """
 
-    def __init__(self, group, prepare_timeout: float) -> None:
+    def __init__(self, group: DefaultGroup, prepare_timeout: float) -> None:
         self.group = group
         self.prepare_timeout = prepare_timeout
         self._lock = threading.Lock()

@@ -29,36 +29,38 @@ import logging
 import torch
 import torch.distributed as dist
 
+from enforcer.link.default_group import DefaultGroup
+from enforcer.link.session import Session
 from optimizer_service.control.participant import Discard, SwitchTo
 from optimizer_service.control.switch import SwitchError, is_check
 
 log = logging.getLogger("enforcer")
 
 
-def at_boundary(group, link, iteration: int) -> int | None:
+def at_boundary(group: DefaultGroup, session: Session, iteration: int) -> int | None:
     """The check before ``iteration`` on the default ``group`` (every rank, same
-    iterations): returns the version switched to, or None. Raises
+    iterations), from the link's ``session``: returns the version switched to, or None. Raises
     :class:`SwitchError` when the ranks agreed on a plan this rank cannot run —
     the job must stop rather than run different plans on different ranks."""
-    if not is_check(iteration, link.identity.switch_every):
+    if not is_check(iteration, session.switch_every):
         return None
-    common = min_over_ranks(group, link.proposal(iteration))
+    common = min_over_ranks(group, session.proposal(iteration))
     try:
-        actions = link.agree(iteration, common)
+        actions = session.agree(iteration, common)
     except SwitchError as error:
         log.critical("p2enforcer: %s; stopping rather than running different plans on different ranks", error)
         raise
     switched = None
     for action in actions:
         if isinstance(action, SwitchTo):
-            swap(group, link, action.version, iteration)
+            swap(group, session, action.version, iteration)
             switched = action.version
         elif isinstance(action, Discard):
-            link.plans.discard(action.version)
+            session.discard(action.version)
     return switched
 
 
-def min_over_ranks(group, value: int) -> int:
+def min_over_ranks(group: DefaultGroup, value: int) -> int:
     """MIN of ``value`` over the group's ranks, on its inner backend (CPU if it has one)."""
     device = "cpu" if "cpu" in group.inner_names else next(iter(group.inner_names))
     tensor = torch.tensor([value], dtype=torch.int64,
@@ -69,10 +71,10 @@ def min_over_ranks(group, value: int) -> int:
     return int(tensor.item())
 
 
-def swap(group, link, version: int, iteration: int) -> None:
+def swap(group: DefaultGroup, session: Session, version: int, iteration: int) -> None:
     """Run ``version``'s prebuilt runtimes from this boundary on, on the default
     group and every subgroup the plan names (:mod:`enforcer.runtime.plan_groups`; the old ones are closed)."""
-    runtimes = link.plans.take(version)
+    runtimes = session.take(version)
     if runtimes is None:        # agree() said it is built: the runtimes must be there
         raise SwitchError(f"rank {group.rank()} must switch to plan v{version} at iteration {iteration} but its "
                           "runtime is gone")

@@ -63,12 +63,12 @@ def train(until: str, version: int = 0, iterations: int = 0, pause: float = 0.0,
             if until == "iterations":
                 done = iteration >= iterations
             elif until == "running":
-                done = _everyone(link.state.running == version, plain)
+                done = _everyone(link.session.running == version, plain)
             elif until == "planned":
-                done = _everyone(link.state.running > 0, plain)
+                done = _everyone(link.session.running > 0, plain)
             else:
-                aborted = any(": got Abort(" in line and f" v{version} " in line for line in link.history)
-                settled = aborted or (until == "settled" and link.state.running == version)
+                aborted = any(": got Abort(" in line and f" v{version} " in line for line in link.stream.history)
+                settled = aborted or (until == "settled" and link.session.running == version)
                 done = _everyone(settled, plain)
             if done or iteration >= max_iterations:
                 remaining = after
@@ -80,8 +80,8 @@ def train(until: str, version: int = 0, iterations: int = 0, pause: float = 0.0,
     enforced = sorted({op["iteration"] for op in trace["ops"] if op["enforced"]})
     planned_after = [op["enforced"] for op in trace["ops"] if enforced and op["iteration"] >= enforced[0]]
     return {"mismatches": mismatches, "iterations": iteration, "seconds": time.perf_counter() - started,
-            "running": link.state.running, "switches": trace["switches"],
+            "running": link.session.running, "switches": trace["switches"],
             "first_enforced": enforced[0] if enforced else None, "all_enforced_after": all(planned_after),
-            "enforced": sum(1 for op in trace["ops"] if op["enforced"]), "history": list(link.history),
-            "attempts": link.attempts, "connected": link.connected, "bypassed": trace["bypassed"],
+            "enforced": sum(1 for op in trace["ops"] if op["enforced"]), "history": list(link.stream.history),
+            "attempts": link.stream.attempts, "connected": link.stream.connected, "bypassed": trace["bypassed"],
             "log": list(CAPTURED.lines)}

@@ -16,9 +16,13 @@ from concurrent import futures
 import grpc
 import pytest
 import torch.distributed as dist
-from enforcer.link.link import BACKOFF_MAX, TELEMETRY_QUEUE, Link, RankIdentity, _store_address, backoff
+from enforcer.link.identity import RankIdentity, register_topology, store_address
+from enforcer.link.link import Link
+from enforcer.link.stream import BACKOFF_MAX, TELEMETRY_QUEUE, backoff
+from enforcer.link.traces import trace_chunks
 from enforcer.settings import EnforcerSettings
 from enforcer.trace import Tracer
+from optimizer_service.wire.limits import MAX_TOPOLOGY_CHARACTERS, MAX_TRACE_BYTES, RANK_TRACE_CHUNK
 from p2.v1 import enforcer_link_pb2 as link_pb2
 from p2.v1 import enforcer_link_pb2_grpc
 from tests.support.certs import MISSING, have_openssl, make_certificates
@@ -99,14 +103,14 @@ def test_an_unreachable_service_is_logged_once_while_the_link_keeps_trying(caplo
     link = Link(EnforcerSettings(service=f"127.0.0.1:{free_port()}"), IDENTITY, Tracer(1, 2), plans).start()
     try:
         # attempts counts a try when it starts: once the 4th has started, the 2nd and 3rd have logged their failure
-        wait_for(lambda: link.attempts >= 4)
+        wait_for(lambda: link.stream.attempts >= 4)
     finally:
         link.close()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "rank 1 cannot reach the optimizer service" in warnings[0], warnings
     assert "training goes on with plan v0" in warnings[0]
     assert sum("attempt" in r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG) >= 2
-    assert plans.closed and not link.connected
+    assert plans.closed and not link.stream.connected
 
 
 def test_register_carries_the_rank_and_its_state_and_the_token_goes_as_metadata(tmp_path):
@@ -120,7 +124,7 @@ def test_register_carries_the_rank_and_its_state_and_the_token_goes_as_metadata(
     link = Link(EnforcerSettings(service=f"127.0.0.1:{port}", token="env-token", token_file=str(token_file)),
                 IDENTITY, tracer, NoPlans()).start()
     try:
-        wait_for(lambda: link.connected)
+        wait_for(lambda: link.stream.connected)
         link.iteration_done(3)
         wait_for(lambda: recorder.telemetry)
     finally:
@@ -134,7 +138,7 @@ def test_register_carries_the_rank_and_its_state_and_the_token_goes_as_metadata(
     assert register.topology == "hgx2-4n"
     assert recorder.metadata[0]["authorization"] == "Bearer file-token"      # the file wins over P2_TOKEN
     assert recorder.telemetry[0].iteration == 3 and recorder.telemetry[0].job_id == "unit-job"
-    assert any("got Registered(e1" in line for line in link.history)
+    assert any("got Registered(e1" in line for line in link.stream.history)
 
 
 def test_telemetry_waits_in_a_bounded_queue_that_drops_the_oldest():
@@ -146,15 +150,15 @@ def test_telemetry_waits_in_a_bounded_queue_that_drops_the_oldest():
     for iteration in range(1, 100):
         tracer.step()
         link.iteration_done(iteration)
-    assert link.telemetry_dropped == 100 - TELEMETRY_QUEUE
-    requests = link._requests(link._stream)
+    assert link.stream.telemetry_dropped == 100 - TELEMETRY_QUEUE
+    requests = link.stream._requests(link.stream._generation)
     assert next(requests).WhichOneof("body") == "register"
     first = next(requests).telemetry
     assert first.iteration == 100 - TELEMETRY_QUEUE and first.ops == []
     link2 = Link(EnforcerSettings(service="127.0.0.1:1"), IDENTITY, Tracer(0, 1), NoPlans())
     link2.tracer.complete(link2.tracer.issue("broadcast", "float32", 8, (0, 1), "0"))
     link2.iteration_done(0)
-    requests = link2._requests(link2._stream)
+    requests = link2.stream._requests(link2.stream._generation)
     next(requests)
     op, = next(requests).telemetry.ops
     assert (op.seq, op.kind, op.bytes, list(op.group)) == (0, "broadcast", 8, [0, 1])
@@ -184,7 +188,7 @@ def test_motif_timings_go_with_their_iteration_and_sum_into_their_op_wait():
     assert [m.order for m in tracer.iteration_motifs(0, 2)[0]] == [0, 1] and tracer.iteration_motifs(0, 2)[1] == 1
     link = Link(EnforcerSettings(service="127.0.0.1:1"), IDENTITY, tracer, NoPlans())     # never started
     link.iteration_done(0)
-    requests = link._requests(link._stream)
+    requests = link.stream._requests(link.stream._generation)
     next(requests)
     sent = next(requests).telemetry
     assert [(m.op_seq, m.order, m.channel) for m in sent.motifs] == [(0, 0, 0), (1, 1, 1), (0, 2, 1)]
@@ -194,15 +198,50 @@ def test_motif_timings_go_with_their_iteration_and_sum_into_their_op_wait():
 
 
 def test_p2_topology_goes_as_a_documents_text_or_a_presets_name(tmp_path, caplog):
-    from enforcer.link.link import _topology
-
     document = tmp_path / "topology.yaml"
     document.write_text("name: mine\nlevels: []\n")
-    assert _topology(str(document)) == "name: mine\nlevels: []\n"
-    assert _topology("hgx2-4n") == "hgx2-4n" and _topology(None) == ""
+    assert register_topology(str(document)) == "name: mine\nlevels: []\n"
+    assert register_topology("hgx2-4n") == "hgx2-4n" and register_topology(None) == ""
     with caplog.at_level(logging.WARNING, logger="enforcer"):
-        assert _topology(str(tmp_path / "missing.yaml")) == ""
+        assert register_topology(str(tmp_path / "missing.yaml")) == ""
     assert "cannot be read" in caplog.text
+    longest = tmp_path / "longest.yaml"
+    longest.write_text("é" * MAX_TOPOLOGY_CHARACTERS)            # the service counts characters, not bytes
+    assert register_topology(str(longest)) == "é" * MAX_TOPOLOGY_CHARACTERS
+    longest.write_text("é" * (MAX_TOPOLOGY_CHARACTERS + 1))
+    with caplog.at_level(logging.WARNING, logger="enforcer"):
+        assert register_topology(str(longest)) == ""
+    assert "not sent" in caplog.text
+
+
+def test_a_trace_request_is_answered_in_chunks_the_last_one_marked():
+    class Window:
+        """A tracer whose window is ``size`` bytes, recording the bound it was asked for."""
+
+        def __init__(self, size: int) -> None:
+            self.size, self.asked = size, []
+
+        def window(self, iterations: int, limit: int) -> bytes:
+            self.asked.append((iterations, limit))
+            return (bytes(range(251)) * (self.size // 251 + 1))[:self.size]
+
+    tracer = Window(2 * RANK_TRACE_CHUNK + 5)
+    answer = trace_chunks("unit-job", tracer, link_pb2.RequestTrace(request_id=7, iterations=3))
+    chunks = [message.trace_chunk for message, _ in answer]
+    assert tracer.asked == [(3, MAX_TRACE_BYTES)]                  # max_bytes 0: the contract's bound
+    assert [text for _, text in answer] == ["TraceChunk(#7 1/3)", "TraceChunk(#7 2/3)", "TraceChunk(#7 3/3)"]
+    assert [(c.job_id, c.request_id, c.offset, len(c.data), c.last) for c in chunks] == [
+        ("unit-job", 7, 0, RANK_TRACE_CHUNK, False), ("unit-job", 7, RANK_TRACE_CHUNK, RANK_TRACE_CHUNK, False),
+        ("unit-job", 7, 2 * RANK_TRACE_CHUNK, 5, True)]
+    assert b"".join(c.data for c in chunks) == tracer.window(3, 0)
+    empty = Window(0)
+    (message, text), = trace_chunks("unit-job", empty,
+                                    link_pb2.RequestTrace(request_id=8, max_bytes=10 * MAX_TRACE_BYTES))
+    assert empty.asked == [(0, MAX_TRACE_BYTES)] and text == "TraceChunk(#8 1/1)"
+    assert message.trace_chunk.data == b"" and message.trace_chunk.last
+    small = Window(10)
+    trace_chunks("unit-job", small, link_pb2.RequestTrace(iterations=1, max_bytes=100))
+    assert small.asked == [(1, 100)]
 
 
 def test_a_trace_window_holds_the_last_finished_iterations_and_fits_its_bound():
@@ -262,14 +301,14 @@ def test_mutual_tls(tmp_path):
                                 tls_key=str(certs.client_key))
     link = Link(settings, IDENTITY, Tracer(1, 2), NoPlans()).start()
     try:
-        wait_for(lambda: link.connected)
+        wait_for(lambda: link.stream.connected)
     finally:
         link.close()
     without = Link(EnforcerSettings(service=f"localhost:{port}", tls_ca=str(certs.ca)), IDENTITY, Tracer(1, 2),
                    NoPlans()).start()
     try:
-        wait_for(lambda: without.attempts >= 2)
-        assert not without.connected                     # no client certificate: refused
+        wait_for(lambda: without.stream.attempts >= 2)
+        assert not without.stream.connected                     # no client certificate: refused
     finally:
         without.close()
         server.stop(None)
@@ -279,15 +318,15 @@ def test_mutual_tls(tmp_path):
 def test_a_missing_token_file_is_logged_and_the_link_stays_idle(caplog, tmp_path):
     link = Link(EnforcerSettings(service="127.0.0.1:1", token_file=str(tmp_path / "absent")), IDENTITY,
                 Tracer(0, 1), NoPlans()).start()
-    link._thread.join(5)
+    link.stream._thread.join(5)
     link.close()
-    assert link.attempts == 0
+    assert link.stream.attempts == 0
     assert any("cannot read P2_TOKEN_FILE" in r.getMessage() for r in caplog.records if r.levelno == logging.ERROR)
 
 
 def test_the_store_address_is_found_under_the_prefixes():
     server = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
     wrapped = dist.PrefixStore("default_pg/", dist.PrefixStore("attempt_0/", server))
-    assert _store_address(wrapped) == f"127.0.0.1:{server.port}"
-    assert _store_address(dist.HashStore()) is None
+    assert store_address(wrapped) == f"127.0.0.1:{server.port}"
+    assert store_address(dist.HashStore()) is None
 
