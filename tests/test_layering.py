@@ -23,8 +23,8 @@ count for the directions below but are no run-time edge of an import circle.
   modules at the floor (:data:`FLOOR`), which import no room; the package,
   its API and the composition root (:data:`ROOF`) may import anything.
 * The dashboard calls the service core only (and may use the contract).
-* ``deploy`` imports nothing of ``optimizer_service``; ``p2`` (the generated
-  contract and its loader) imports nothing of ours.
+* ``deploy`` imports nothing of ``optimizer_service``; ``p2`` (the contract's
+  Python, made at build time) imports nothing of ours.
 * ``P2_*`` variables are read only by the two settings objects.
 """
 

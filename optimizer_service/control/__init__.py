@@ -10,7 +10,10 @@ joint optimizer plan is safely committed ... to all the enforcers").
 * :mod:`.switch` — the in-band check at switch boundaries that makes every
   rank take the same plan at the same iteration;
 * :mod:`.wire` — the messages as ``p2.v1`` protos and back, shared by the
-  service and the enforcer (translation only, no decisions).
+  service and the enforcer (translation only, no decisions);
+* :mod:`.policy` — the replanning policy's step (when to search, commit, roll back), with
+  :mod:`.policy_events`, :mod:`.policy_config`, :mod:`.policy_state`, :mod:`.triggers` and
+  :mod:`.hysteresis`.
 
 No sockets, sleeps, threads or environment: the gRPC drivers in
 ``optimizer_service/service/`` and the enforcer execute the actions. The
