@@ -1,9 +1,10 @@
 """Process-wide enforcer state: the settings, the trace, and its export at exit.
 
 One training process is one rank; every ``p2enforcer`` group in it shares one
-:class:`~enforcer.trace.Tracer` (created with the default group, whose rank
-and size are the process's global ones). ``P2_TRACE_FILE`` names where the
-trace is written when the default group is destroyed or the process exits.
+trace (a :class:`~enforcer.trace.TraceReader`, created with the default group,
+whose rank and size are the process's global ones). ``P2_TRACE_FILE`` names
+where the trace is written when the default group is destroyed or the process
+exits.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ import logging
 import os
 import threading
 from enforcer.settings import EnforcerSettings
-from enforcer.trace import Tracer, trace_path
+from enforcer.trace import TraceReader, Tracer, trace_path
 
 log = logging.getLogger("enforcer")
 
-_tracer: Tracer | None = None
+_tracer: TraceReader | None = None
 _lock = threading.Lock()
-_exported: Tracer | None = None           # the trace P2_TRACE_FILE already holds
+_exported: TraceReader | None = None     # the trace P2_TRACE_FILE already holds
 _settings: EnforcerSettings | None = None
 
 
@@ -42,7 +43,7 @@ def use_settings(value: EnforcerSettings | None) -> None:
     _settings = value
 
 
-def tracer() -> Tracer:
+def tracer() -> TraceReader:
     """The process's tracer; before any default group exists, one for the
     launch environment's rank (``RANK``/``WORLD_SIZE``)."""
     with _lock:
@@ -51,14 +52,15 @@ def tracer() -> Tracer:
         return _tracer
 
 
-def reset_tracer(rank: int, size: int, kind: type[Tracer] = Tracer) -> Tracer:
-    """Start a fresh trace (a default group is being made); ``kind``: the C++ backend's
-    groups record into a :class:`enforcer.group.native_trace.NativeTracer`."""
+def reset_tracer(rank: int, size: int, kind: type[TraceReader] = Tracer) -> TraceReader:
+    """Start a fresh trace (a default group is being made): the Python groups record into a
+    :class:`~enforcer.trace.Tracer`; ``kind``: the C++ backend's groups' is read by a
+    :class:`enforcer.group.native_trace.NativeTracer`."""
     with _lock:
         return _start(rank, size, kind)
 
 
-def _start(rank: int, size: int, kind: type[Tracer] = Tracer) -> Tracer:
+def _start(rank: int, size: int, kind: type[TraceReader] = Tracer) -> TraceReader:
     global _tracer
     if _tracer is None:
         atexit.register(export_from_env)

@@ -29,6 +29,14 @@ backend without passing through the enforcer, and ``switches`` lists the plans
 the optimizer service switched this rank to (``iteration``, ``version``, and
 ``at``, seconds since the trace started; :mod:`enforcer.link.switching`): ops are
 ``enforced`` from that iteration on.
+
+Who reads a trace (the link's telemetry and trace windows, ``enforcer.trace()``,
+the metrics, the export at exit) sees a :class:`TraceReader`. Its Python
+implementation, :class:`Tracer`, also records the ops, waits and motifs of the
+Python group and plan runtime; the C++ backend records its own into a ring
+buffer that :class:`enforcer.group.native_trace.NativeTracer` reads. Iteration
+ends, switches and bypassed ops come from Python with either, so every reader
+takes them.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import json
 import os
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -67,114 +76,66 @@ def detect_period(signatures: Sequence[tuple]) -> tuple[int, int] | None:
     return None
 
 
-class Tracer:
-    """The per-rank trace; thread-safe (completions arrive on backend threads)."""
+class TraceReader(ABC):
+    """The per-rank trace as its readers see it; thread-safe. Also takes the
+    records that come from Python whichever group records the ops: iteration ends
+    (:meth:`step`), plan switches (:meth:`switched`) and bypassed ops (:meth:`bypass`)."""
 
-    def __init__(self, rank: int, world_size: int, limit: int = DEFAULT_TRACE_LIMIT) -> None:
+    def __init__(self, rank: int, world_size: int) -> None:
         self.rank = rank
         self.world_size = world_size
         self.started = time.perf_counter()
         self.started_unix = time.time()
-        self._ops: deque[OpRecord] = deque(maxlen=limit)
-        self._dropped = 0
-        self._waits: deque[Wait] = deque(maxlen=limit)
-        self._motifs: deque[MotifRecord] = deque(maxlen=limit)
-        self.waited = 0.0                   # all dispatcher waits so far, seconds (telemetry takes differences)
         self._lock = threading.Lock()
         self.iteration = 0
         self.steps = 0
-        self._seq = 0
-        self._group_seq: dict[str, int] = {}
         self.bypassed: Counter[str] = Counter()
-        self._counts: Counter[str] = Counter()
         self.switches: list[dict] = []     # plans the optimizer service switched to, at which iteration
 
+    @abstractmethod
     def now(self) -> float:
-        return time.perf_counter() - self.started
-
-    def issue(self, kind: str, dtype: str, nbytes: int, group: tuple[int, ...], group_name: str) -> OpRecord:
-        with self._lock:
-            group_seq = self._group_seq.get(group_name, 0)
-            self._group_seq[group_name] = group_seq + 1
-            record = OpRecord(self.iteration, self._seq, group_seq, kind, dtype, nbytes, group, group_name,
-                              time.perf_counter() - self.started)
-            self._seq += 1
-            if len(self._ops) == self._ops.maxlen:
-                self._dropped += 1
-            self._ops.append(record)
-            self._counts[kind] += 1
-        return record
+        """Seconds since the trace started (the clock of every time in it)."""
 
     @property
+    @abstractmethod
     def counts(self) -> Counter[str]:
         """Ops seen so far, by kind (also those the trace no longer keeps)."""
-        return self._counts
 
-    def complete(self, record: OpRecord) -> None:
-        record.completed = time.perf_counter() - self.started
+    @property
+    @abstractmethod
+    def waited(self) -> float:
+        """All dispatcher waits so far, seconds (telemetry takes differences)."""
 
+    @abstractmethod
     def step(self) -> int:
         """Close the current iteration; returns the new iteration index."""
-        with self._lock:
-            self.iteration += 1
-            self.steps += 1
-            self._seq = 0
-            self._group_seq.clear()
-            return self.iteration
 
-    def wait(self, order: int, seconds: float) -> None:
-        # No lock, as before: a dispatcher must not wait behind an export. The
-        # total is telemetry only (two groups' dispatchers adding at once may lose one wait).
-        self._waits.append(Wait(self.iteration, order, seconds))
-        self.waited += seconds
+    @abstractmethod
+    def iteration_ops(self, iteration: int, limit: int) -> list[OpRecord]:
+        """The newest ``limit`` ops of ``iteration``, oldest first, for per-iteration
+        telemetry (meant for the iteration that just ended)."""
 
-    def motif(self, record: OpRecord, order: int, channel: int, waited: float, start: float,
-              seconds: float) -> None:
-        """A channel worker ran one motif of ``record`` (``start`` on :meth:`now`'s clock).
-        No lock: deque appends are atomic and a worker must not wait behind an export."""
-        self._motifs.append(MotifRecord(record.iteration, record.seq, order, channel, waited, start, seconds))
-
+    @abstractmethod
     def iteration_motifs(self, iteration: int, limit: int) -> tuple[list[MotifRecord], int]:
         """The first ``limit`` motifs run for ``iteration``'s ops, in the order they
         finished, and how many more there were (for telemetry, like :meth:`iteration_ops`)."""
-        while True:     # scans back from the end only: no copy of the whole deque every iteration
-            found: list[MotifRecord] = []
-            try:
-                for record in reversed(self._motifs):
-                    if record.iteration > iteration:
-                        continue
-                    if record.iteration < iteration:
-                        break
-                    found.append(record)
-                break
-            except RuntimeError:        # a channel worker appended meanwhile (no lock: see motif): again
-                continue
-        found.reverse()
-        return found[:limit], max(0, len(found) - limit)
+
+    @abstractmethod
+    def wait_seconds(self) -> float:
+        """The dispatcher waits the trace keeps, summed."""
+
+    @abstractmethod
+    def _waits_and_motifs(self) -> tuple[list[Wait], list[MotifRecord]]:
+        """The kept waits and motifs, copied."""
+
+    @abstractmethod
+    def _op_dicts(self) -> tuple[list[dict], int, int]:
+        """The kept ops as dicts (OpRecord's fields), how many were dropped, and the steps so far."""
 
     def switched(self, version: int, iteration: int) -> None:
         """A service plan runs from ``iteration`` on (:mod:`enforcer.link.switching`)."""
         with self._lock:
             self.switches.append({"iteration": iteration, "version": version, "at": self.now()})
-
-    def iteration_ops(self, iteration: int, limit: int) -> list[OpRecord]:
-        """The newest ``limit`` ops of ``iteration``, oldest first (the records
-        themselves: a completion may still be filled in), for per-iteration
-        telemetry. Scans back from the end of the trace: meant for the
-        iteration that just ended."""
-        found: list[OpRecord] = []
-        with self._lock:
-            for record in reversed(self._ops):
-                if record.iteration > iteration:        # the next iteration's first ops (another thread)
-                    continue
-                if record.iteration < iteration or len(found) == limit:
-                    break
-                found.append(record)
-        found.reverse()
-        return found
-
-    def wait_seconds(self) -> float:
-        return sum(w.seconds for w in list(self._waits))
 
     def bypass(self, kind: str) -> int:
         with self._lock:
@@ -206,9 +167,6 @@ class Tracer:
         return b""
 
     def to_dict(self) -> dict:
-        # Waits and motifs are appended without the lock (see motif): list() copies a
-        # deque in one call that runs no Python code, so no append lands mid-copy;
-        # iterating the deque itself while converting each record did (RuntimeError).
         waits, motifs = self._waits_and_motifs()
         ops, dropped, steps = self._op_dicts()
         waits = [asdict(w) for w in waits]
@@ -238,14 +196,6 @@ class Tracer:
             "switches": list(self.switches),
         }
 
-    def _waits_and_motifs(self) -> tuple[list[Wait], list[MotifRecord]]:
-        return list(self._waits), list(self._motifs)
-
-    def _op_dicts(self) -> tuple[list[dict], int, int]:
-        """The kept ops as dicts (OpRecord's fields), how many were dropped, and the steps so far."""
-        with self._lock:
-            return [asdict(r) for r in self._ops], self._dropped, self.steps
-
     def export(self, path: str | os.PathLike) -> Path:
         """Write the trace as JSON (atomically) and return the path."""
         path = Path(path)
@@ -254,6 +204,113 @@ class Tracer:
         tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
         os.replace(tmp, path)
         return path
+
+
+class Tracer(TraceReader):
+    """The trace the Python group and plan runtime record into: ops (:meth:`issue`,
+    :meth:`complete`), the dispatcher's waits (:meth:`wait`) and the motifs run (:meth:`motif`)."""
+
+    def __init__(self, rank: int, world_size: int, limit: int = DEFAULT_TRACE_LIMIT) -> None:
+        super().__init__(rank, world_size)
+        self._ops: deque[OpRecord] = deque(maxlen=limit)
+        self._dropped = 0
+        self._waits: deque[Wait] = deque(maxlen=limit)
+        self._motifs: deque[MotifRecord] = deque(maxlen=limit)
+        self._waited = 0.0
+        self._seq = 0
+        self._group_seq: dict[str, int] = {}
+        self._counts: Counter[str] = Counter()
+
+    def now(self) -> float:
+        return time.perf_counter() - self.started
+
+    @property
+    def counts(self) -> Counter[str]:
+        return self._counts
+
+    @property
+    def waited(self) -> float:
+        return self._waited
+
+    # ----------------------------------------------------------------- record
+    def issue(self, kind: str, dtype: str, nbytes: int, group: tuple[int, ...], group_name: str) -> OpRecord:
+        with self._lock:
+            group_seq = self._group_seq.get(group_name, 0)
+            self._group_seq[group_name] = group_seq + 1
+            record = OpRecord(self.iteration, self._seq, group_seq, kind, dtype, nbytes, group, group_name,
+                              time.perf_counter() - self.started)
+            self._seq += 1
+            if len(self._ops) == self._ops.maxlen:
+                self._dropped += 1
+            self._ops.append(record)
+            self._counts[kind] += 1
+        return record
+
+    def complete(self, record: OpRecord) -> None:
+        record.completed = time.perf_counter() - self.started
+
+    def step(self) -> int:
+        with self._lock:
+            self.iteration += 1
+            self.steps += 1
+            self._seq = 0
+            self._group_seq.clear()
+            return self.iteration
+
+    def wait(self, order: int, seconds: float) -> None:
+        # No lock, as before: a dispatcher must not wait behind an export. The
+        # total is telemetry only (two groups' dispatchers adding at once may lose one wait).
+        self._waits.append(Wait(self.iteration, order, seconds))
+        self._waited += seconds
+
+    def motif(self, record: OpRecord, order: int, channel: int, waited: float, start: float,
+              seconds: float) -> None:
+        """A channel worker ran one motif of ``record`` (``start`` on :meth:`now`'s clock).
+        No lock: deque appends are atomic and a worker must not wait behind an export."""
+        self._motifs.append(MotifRecord(record.iteration, record.seq, order, channel, waited, start, seconds))
+
+    # ------------------------------------------------------------------- read
+    def iteration_motifs(self, iteration: int, limit: int) -> tuple[list[MotifRecord], int]:
+        while True:     # scans back from the end only: no copy of the whole deque every iteration
+            found: list[MotifRecord] = []
+            try:
+                for record in reversed(self._motifs):
+                    if record.iteration > iteration:
+                        continue
+                    if record.iteration < iteration:
+                        break
+                    found.append(record)
+                break
+            except RuntimeError:        # a channel worker appended meanwhile (no lock: see motif): again
+                continue
+        found.reverse()
+        return found[:limit], max(0, len(found) - limit)
+
+    def iteration_ops(self, iteration: int, limit: int) -> list[OpRecord]:
+        """The records themselves (a completion may still be filled in); scans back from the end of the trace."""
+        found: list[OpRecord] = []
+        with self._lock:
+            for record in reversed(self._ops):
+                if record.iteration > iteration:        # the next iteration's first ops (another thread)
+                    continue
+                if record.iteration < iteration or len(found) == limit:
+                    break
+                found.append(record)
+        found.reverse()
+        return found
+
+    def wait_seconds(self) -> float:
+        return sum(w.seconds for w in list(self._waits))
+
+    def _waits_and_motifs(self) -> tuple[list[Wait], list[MotifRecord]]:
+        # Waits and motifs are appended without the lock (see motif): list() copies a
+        # deque in one call that runs no Python code, so no append lands mid-copy;
+        # iterating the deque itself while converting each record did (RuntimeError).
+        return list(self._waits), list(self._motifs)
+
+    def _op_dicts(self) -> tuple[list[dict], int, int]:
+        with self._lock:
+            return [asdict(r) for r in self._ops], self._dropped, self.steps
 
 
 def _assign_detected_iterations(ops: list[dict]) -> str:

@@ -17,7 +17,7 @@ namespace {
 
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
-// Python's `a % b` for b > 0: never negative, so ring arithmetic reads as in p2p.py.
+// Python's `a % b` for b > 0: never negative, so ring arithmetic reads as in enforcer/comm/sendrecv.py.
 int64_t wrap(int64_t a, int64_t b) { return ((a % b) + b) % b; }
 
 std::string ranks_text(const std::vector<int64_t>& members) {
@@ -28,7 +28,7 @@ std::string ranks_text(const std::vector<int64_t>& members) {
   return out.str();
 }
 
-// p2p._position: where `rank` stands in `members`.
+// sendrecv._position: where `rank` stands in `members`.
 int64_t position(const std::vector<int64_t>& members, int64_t rank) {
   auto it = std::find(members.begin(), members.end(), rank);
   if (it == members.end())
@@ -36,7 +36,7 @@ int64_t position(const std::vector<int64_t>& members, int64_t rank) {
   return it - members.begin();
 }
 
-// p2p._ring's checks: one part per member, and this rank among them.
+// sendrecv._ring's checks: one part per member, and this rank among them.
 int64_t ring_position(const char* what, const std::vector<at::Tensor>& parts, const std::vector<int64_t>& members,
                       const Peers& peers) {
   if (parts.size() != members.size())
@@ -49,7 +49,7 @@ void wait_all(const std::vector<WorkPtr>& works) {
   for (const auto& work : works) work->wait();
 }
 
-// p2p._exchange: the receive is posted first; an absent or empty side is skipped.
+// sendrecv._exchange: the receive is posted first; an absent or empty side is skipped.
 void exchange(const at::Tensor* send, int64_t dst, const at::Tensor* recv, int64_t src, const Peers& peers, int tag) {
   std::vector<WorkPtr> works;
   if (recv != nullptr && recv->numel()) works.push_back(peers.irecv(*recv, src, tag));
@@ -57,7 +57,7 @@ void exchange(const at::Tensor* send, int64_t dst, const at::Tensor* recv, int64
   wait_all(works);
 }
 
-// p2p._segments: the chain's pieces along dim 0, `segment_bytes` each (at least one element).
+// sendrecv._segments: the chain's pieces along dim 0, `segment_bytes` each (at least one element).
 std::vector<at::Tensor> segments(const at::Tensor& buffer, int64_t segment_bytes) {
   if (!buffer.numel()) return {};
   int64_t per = std::max<int64_t>(1, segment_bytes / std::max<int64_t>(1, buffer.element_size()));

@@ -17,7 +17,7 @@ int64_t index_of(const std::vector<int64_t>& ranks, int64_t rank) {
   return it - ranks.begin();
 }
 
-// ucc_motifs.run's `[position[r] for r in order]`: the motif position of each team rank.
+// ucc_motifs.run_collective's `[position[r] for r in order]`: the motif position of each team rank.
 std::vector<int64_t> positions_in_team_order(const std::vector<int64_t>& members, const std::vector<int64_t>& order) {
   std::vector<int64_t> positions;
   for (int64_t rank : order) positions.push_back(index_of(members, rank));

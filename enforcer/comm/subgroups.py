@@ -4,27 +4,38 @@ Lowered programs (:mod:`enforcer.programs`), resharding (:mod:`enforcer.reshard`
 the pipeline runtime and the measuring jobs run their steps on subgroups of the
 world; every rank must create the same ones in the same order (``new_group`` is
 collective), which :class:`GroupCache` does once per set.
+
+Groups bound to a network interface (a channel) are gloo groups made the way a
+plan's channel backends are (:func:`enforcer.comm.inner.create`: a gloo device
+made for the interface). torch's ``new_group`` hands no options to its own gloo
+backend, so they are made through a backend of ours, :data:`BOUND_GLOO`, which
+takes the interface as its options.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 
 import torch.distributed as dist
+
+from enforcer.comm import inner
+
+#: torch's name for gloo bound to one network interface (registered by the first
+#: :class:`GroupCache` that binds its groups).
+BOUND_GLOO = "p2gloo_bound"
 
 
 class GroupCache:
     """One process group per member set, created collectively in sorted order.
 
-    ``interface`` binds the groups' gloo transport to one network interface (a
-    channel: in the emulated cluster ``nic1`` is the second NIC). gloo reads
-    ``GLOO_SOCKET_IFNAME`` each time it builds a group, so the variable is set
-    around the creation and restored after.
+    ``interface`` binds the groups' transport to one network interface (a
+    channel: in the emulated cluster ``nic1`` is the second NIC); they are then
+    gloo groups, whatever the default group's backend.
     """
 
     def __init__(self, interface: str | None = None, backend: str | None = None) -> None:
+        if interface is not None and backend not in (None, "gloo"):
+            raise ValueError(f"groups bound to an interface ({interface}) are gloo groups, not {backend}")
         self.interface = interface
         self.backend = backend          # None: the default group's backend
         self._groups: dict[tuple[int, ...], dist.ProcessGroup | None] = {}
@@ -34,10 +45,13 @@ class GroupCache:
         same sets (their order does not matter)."""
         wanted = sorted({tuple(sorted(m)) for m in member_sets} - set(self._groups))
         rank = dist.get_rank()
-        with _socket_interface(self.interface):
-            for members in wanted:
-                group = dist.new_group(list(members), backend=self.backend)
-                self._groups[members] = group if rank in members else None
+        backend, options = self.backend, None
+        if self.interface is not None and wanted:
+            _register_bound_gloo()
+            backend, options = BOUND_GLOO, self.interface
+        for members in wanted:
+            group = dist.new_group(list(members), backend=backend, pg_options=options)
+            self._groups[members] = group if rank in members else None
 
     def get(self, members: Sequence[int]) -> dist.ProcessGroup:
         group = self._groups.get(tuple(sorted(members)))
@@ -47,17 +61,12 @@ class GroupCache:
         return group
 
 
-@contextmanager
-def _socket_interface(interface: str | None) -> Iterator[None]:
-    if interface is None:
-        yield
-        return
-    before = os.environ.get("GLOO_SOCKET_IFNAME")
-    os.environ["GLOO_SOCKET_IFNAME"] = interface
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["GLOO_SOCKET_IFNAME"]
-        else:
-            os.environ["GLOO_SOCKET_IFNAME"] = before
+def _bound_gloo(backend_options: dist.distributed_c10d._DistributedBackendOptions, interface: str) -> dist.Backend:
+    """torch's creator hook for :data:`BOUND_GLOO`: the group's gloo backend, its device made for ``interface``."""
+    return inner.create("gloo", backend_options.store, backend_options.group_rank, backend_options.group_size,
+                        backend_options.timeout, interface=interface)
+
+
+def _register_bound_gloo() -> None:
+    if not hasattr(dist.Backend, BOUND_GLOO.upper()):
+        dist.Backend.register_backend(BOUND_GLOO, _bound_gloo, extended_api=True, devices=["cpu", "cuda"])

@@ -15,14 +15,14 @@ from typing import Protocol
 import torch.distributed as dist
 
 from enforcer.runtime.protocol import RuntimeHost
-from enforcer.trace import Tracer
+from enforcer.trace import TraceReader
 
 
 class DefaultGroup(RuntimeHost, Protocol):
     """What the link asks of the default group."""
 
     store: dist.Store               # the job's store: the link finds the job id and the builds meet in it
-    tracer: Tracer                  # the process's trace: iterations, op and motif timings, trace windows
+    tracer: TraceReader                  # the process's trace: iterations, op and motif timings, trace windows
     inner_names: dict[str, str]     # the inner backend of each device, e.g. {"cpu": "gloo"}
 
     def rank(self) -> int: ...

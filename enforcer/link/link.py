@@ -31,7 +31,7 @@ from enforcer.link.stream import Stream
 from enforcer.link.telemetry import IterationClock, telemetry_message
 from enforcer.link.traces import trace_chunks
 from enforcer.settings import EnforcerSettings
-from enforcer.trace import Tracer
+from enforcer.trace import TraceReader
 from p2.v1 import enforcer_link_pb2 as link_pb2
 
 log = logging.getLogger("enforcer")
@@ -45,7 +45,7 @@ class Link:
     iteration, the op timings and the trace windows.
     """
 
-    def __init__(self, settings: EnforcerSettings, identity: RankIdentity, tracer: Tracer, plans: PreparedPlans,
+    def __init__(self, settings: EnforcerSettings, identity: RankIdentity, tracer: TraceReader, plans: PreparedPlans,
                  rng: Callable[[], float] = random.random) -> None:
         self.identity = identity
         self.tracer = tracer

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from enforcer.trace import Tracer
+from enforcer.trace import TraceReader
 from optimizer_service.wire.limits import RANK_TELEMETRY_MOTIFS, RANK_TELEMETRY_OPS
 from p2.v1 import enforcer_link_pb2 as link_pb2
 
@@ -33,7 +33,7 @@ class IterationTelemetry:
 class IterationClock:
     """Where the last iteration ended on the tracer's clock, and the dispatcher waits until then."""
 
-    def __init__(self, tracer: Tracer) -> None:
+    def __init__(self, tracer: TraceReader) -> None:
         self.tracer = tracer
         self._boundary = tracer.now()
         self._waited = tracer.waited
@@ -49,7 +49,7 @@ class IterationClock:
         return item
 
 
-def telemetry_message(job: str, tracer: Tracer, item: IterationTelemetry) -> link_pb2.RankMessage:
+def telemetry_message(job: str, tracer: TraceReader, item: IterationTelemetry) -> link_pb2.RankMessage:
     """``item``'s Telemetry, with the motif timings of its ops recorded so far; each op's
     wait is the sum of its motifs' waits."""
     motifs, dropped = tracer.iteration_motifs(item.iteration, RANK_TELEMETRY_MOTIFS)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
+from enforcer.runtime.protocol import RuntimeHost
 from optimizer_service.plan import Plan, PlanError
 
 log = logging.getLogger("enforcer")
@@ -26,7 +27,7 @@ def load(plan: Plan | str | Path) -> Plan:
     return Plan.parse(text)
 
 
-def install(group, plan: Plan | str | Path) -> None:
+def install(group: RuntimeHost, plan: Plan | str | Path) -> None:
     """Enforce ``plan`` on ``group`` from its next op on (collective); PlanError if it does not fit."""
     plan = load(plan)
     plan.check_world(group.size() if group.is_default else dist.get_world_size())
@@ -34,4 +35,4 @@ def install(group, plan: Plan | str | Path) -> None:
     runtime.start()
     group.replace_runtime(runtime)
     log.info("p2enforcer: plan version %d installed on group %s (%d ops, channels %s)", plan.version,
-             list(group.ranks), len(runtime.ops), sorted(runtime.comms_by_channel))
+             list(group.ranks), len(runtime.ops), sorted(runtime.channels))

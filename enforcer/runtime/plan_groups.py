@@ -29,14 +29,15 @@ import logging
 from collections import Counter
 
 import torch.distributed as dist
-from enforcer import groups, state
-from enforcer.group.core import group_of
+from enforcer import groups
+
+from enforcer.runtime.protocol import Runtime, RuntimeHost
 from optimizer_service.plan import Plan
 
 log = logging.getLogger("enforcer")
 
 
-def subgroups_of(default, plan: Plan) -> list:
+def subgroups_of(default: RuntimeHost, plan: Plan) -> list[RuntimeHost]:
     """This rank's live subgroups that ``plan`` names and that its keys tell apart, in build order."""
     live = [group for group in groups.live().values() if group is not default]
     copies = Counter(tuple(group.ranks) for group in live)
@@ -55,7 +56,7 @@ def subgroups_of(default, plan: Plan) -> list:
     return sorted(chosen, key=lambda group: tuple(group.ranks))
 
 
-def store_prefix(group) -> str:
+def store_prefix(group: RuntimeHost) -> str:
     """Where a subgroup's channel backends meet, inside the plan's store prefix (the default group's: "")."""
     return "" if group.is_default else f"g{'-'.join(map(str, group.ranks))}/"
 
@@ -63,9 +64,9 @@ def store_prefix(group) -> str:
 class PlanRuntimes:
     """One plan's runtimes on this rank: the default group's, then each subgroup's."""
 
-    def __init__(self, version: int, runtimes: dict) -> None:
+    def __init__(self, version: int, runtimes: dict[RuntimeHost, Runtime]) -> None:
         self.version = version
-        self.runtimes = runtimes                     # group -> PlanRuntime, in build order
+        self.runtimes = runtimes                     # group -> its runtime, in build order
 
     @property
     def ops(self) -> int:
@@ -73,7 +74,7 @@ class PlanRuntimes:
 
     @property
     def channels(self) -> list[int]:
-        return sorted({c for runtime in self.runtimes.values() for c in runtime.comms_by_channel})
+        return sorted({c for runtime in self.runtimes.values() for c in runtime.channels})
 
     def install(self) -> None:
         """Start every runtime and run it on its group from the group's next op on; a
@@ -91,13 +92,12 @@ class PlanRuntimes:
             runtime.close()
 
 
-def build(default, plan: Plan, store: dist.Store) -> PlanRuntimes:
+def build(default: RuntimeHost, plan: Plan, store: dist.Store) -> PlanRuntimes:
     """``plan``'s runtimes on the default group and the subgroups it names
     (collective among each channel backend's members; PlanError passes, with
-    what was built closed). ``default``: the default group (either implementation,
-    or its ``ProcessGroup``)."""
-    default = group_of(default)
-    runtimes: dict = {}
+    what was built closed). ``default``: the default ``p2enforcer`` group (either
+    implementation; each group makes its own runtime, ``new_runtime``)."""
+    runtimes: dict[RuntimeHost, Runtime] = {}
     try:
         for group in [default, *subgroups_of(default, plan)]:
             runtime = group.new_runtime(plan, store_prefix=store_prefix(group), store=store)

@@ -1,12 +1,13 @@
 """Enforcing a plan: ordered dispatch of motifs over channels (Syndicate §5, Pseudocode 2).
 
-:func:`install` checks a :class:`~optimizer_service.plan.Plan` against the group,
-builds a :class:`PlanRuntime` and starts it. Building makes, collectively and
-before any op uses them, one bare inner backend per (channel, member set) the
-plan's motifs need — only members take part, in one sorted order on every
-rank, each channel's backends bound to its network interface. A plan that does
-not fit the job raises :class:`PlanError` and the group stays as it was.
-:meth:`PlanRuntime.start` then starts its threads (none run before).
+:func:`enforcer.runtime.plan_file.install` checks a :class:`~optimizer_service.plan.Plan`
+against the group, builds a :class:`PlanRuntime` and starts it. Building makes
+the plan's channels (:mod:`enforcer.runtime.channels`), collectively and before
+any op uses them: one bare inner backend per (channel, member set) the plan's
+motifs need, each channel's bound to its network interface, and each channel's
+motif runner. A plan that does not fit the job raises :class:`PlanError` and the
+group stays as it was. :meth:`PlanRuntime.start` then starts its threads (none
+run before).
 
 Then each op the plan names (its key: sequence number in the iteration within
 the group, kind, buffer bytes, group) is *submitted* instead of being passed
@@ -24,7 +25,8 @@ decided by the pure :func:`enforcer.runtime.dispatch.next_step`; the thread only
 blocks, reads the clock and carries the decision out.
 
 **Channel workers** (one thread per channel) run their motifs one after the
-other; a motif first waits for the motifs its data depends on (the earlier
+other through the channel's motif runner (:mod:`enforcer.runtime.motif_runner`);
+a motif first waits for the motifs its data depends on (the earlier
 ``Seq`` stages of its op, :meth:`OpPlan.dependencies`). Order numbers must
 respect those dependencies, so the lowest unfinished motif can always run:
 no deadlock between channels.
@@ -56,26 +58,15 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
-from enforcer import state
 
-from enforcer.comm import inner, sendrecv
-from enforcer.runtime import dispatch, ucc_motifs
+from enforcer.runtime import channels, dispatch
 from enforcer.runtime.buffers import BUFFERS, OpBuffer
-from optimizer_service.plan import PLAN_KIND, Collective, Motif, OpPlan, Plan, PlanError
+from enforcer.runtime.group_ops import group_ops, valid
+from enforcer.runtime.protocol import RuntimeGroup
+from optimizer_service.plan import PLAN_KIND, OpPlan, Plan
 from optimizer_service.plan.trace import OpRecord
 
 log = logging.getLogger("enforcer")
-
-
-def channel_interface(plan: Plan, channel: int, nics: tuple[str, ...]) -> str | None:
-    """The network interface ``channel``'s backends are bound to: the one the plan
-    names, else this node's NIC for the channel (``P2_CHANNEL_IFNAMES``, one per
-    channel: the node knows its NICs, a plan made for the whole cluster does not),
-    else None (the inner backend's default, which honours ``GLOO_SOCKET_IFNAME``)."""
-    named = plan.channels.get(channel)
-    if named:
-        return named
-    return nics[channel] if channel < len(nics) else None
 
 
 @dataclass
@@ -137,44 +128,36 @@ class PlannedWork(dist.Work):
 
 
 class PlanRuntime:
-    """One group's installed plan: submission of its ops, the dispatcher and the channel workers.
+    """One group's installed plan: submission of its ops, the dispatcher and the channel workers
+    (a :class:`~enforcer.runtime.protocol.Runtime`).
 
-    Building it makes the channel backends (collective); :meth:`start` starts
-    the threads; :meth:`close` stops them and releases the backends.
+    Building it makes the plan's channels (collective); :meth:`start` starts
+    the threads; :meth:`close` stops them and releases the channels.
     """
 
-    def __init__(self, group, plan: Plan, store_prefix: str | None = None, store: dist.Store | None = None) -> None:
-        """Build ``plan``'s channel backends for ``group`` (collective among each
-        backend's members). Their store keys start with ``store_prefix`` — a plan
-        the service prepares names it by its version, unique in the job, so ranks
-        that build it at different moments meet (:mod:`enforcer.link.prepare`) — else
-        with the count of installs on the group. ``store``: where to meet (default:
-        the group's)."""
+    def __init__(self, group: RuntimeGroup, plan: Plan, store_prefix: str | None = None,
+                 store: dist.Store | None = None) -> None:
+        """Build ``plan``'s channels for ``group`` (collective among each backend's
+        members), meeting under ``store_prefix``
+        (:func:`enforcer.runtime.channels.store_prefix_of`) in ``store`` (default: the group's)."""
         self.group = group
         self.plan = plan
-        self._store = group.store if store is None else store
-        if store_prefix is None:
-            group.installs += 1
-            # Installs are collective, so their count names the same store keys on every rank;
-            # the plan version alone does not (a plan may be installed twice).
-            store_prefix = f"p2plan/{group.installs}/v{plan.version}/"
-        self._store_prefix = store_prefix
+        store_prefix = channels.store_prefix_of(group, plan, store_prefix)
         self.me = group.rank()
-        mine = tuple(group.ranks)
-        self.ops: list[OpPlan] = [op for op in plan.ops if tuple(op.key.group) == mine]
+        self.ops: list[OpPlan] = group_ops(plan, group.ranks)
         self.index = {(op.key.seq, op.key.kind): i for i, op in enumerate(self.ops)}
         self.last_seq = max((op.key.seq for op in self.ops), default=-1)
         self.schedule = dispatch.Schedule.of([op.order for op in self.ops])
         self.dependencies = [op.dependencies() for op in self.ops]     # plan checks they come first
         self._validated: dict[tuple[int, int], bool] = {}
-        self.comms_by_channel = self._build_comms()
+        self.channels = channels.build(group, plan, self.ops, store_prefix, group.store if store is None else store)
         self._cond = threading.Condition()
         self._iterations: deque[_Iteration] = deque([_Iteration()])
         self._seq = 0
         self._stepped = False
         self._stop = False
         self._warned_missing: set[int] = set()
-        self._queues: dict[int, deque[tuple[_Submitted, int]]] = {c: deque() for c in self.comms_by_channel}
+        self._queues: dict[int, deque[tuple[_Submitted, int]]] = {c: deque() for c in self.channels}
         self._queue_cond = threading.Condition()
         self._threads: list[threading.Thread] = []
         self.from_service = False               # built for a plan the service prepared (enforcer.runtime.plan_groups)
@@ -188,45 +171,6 @@ class PlanRuntime:
         self._threads.append(threading.Thread(target=self._dispatch, name="p2enforcer-dispatch", daemon=True))
         for thread in self._threads:
             thread.start()
-
-    # ------------------------------------------------------------ preparation
-    def _build_comms(self) -> dict[int, dict[tuple[int, ...], sendrecv.BackendPeers]]:
-        """Every (channel, member set) backend, made by its members in one sorted order."""
-        global_rank = self.group.ranks[self.me]
-        wanted: dict[int, set[tuple[int, ...]]] = {c: set() for c in self.plan.channels}
-        for op in self.ops:
-            for motif in op.motifs:
-                members = tuple(sorted(op.key.group[p] for p in motif.ranks))
-                if len(members) > 1:
-                    wanted[motif.channel].add(members)
-        comms: dict[int, dict[tuple[int, ...], sendrecv.BackendPeers]] = {c: {} for c in wanted}
-        nics = state.settings().channel_ifnames
-        self.channel_backends = {c: self.channel_backend(c) for c in wanted}
-        for channel in sorted(wanted):
-            name = self.channel_backends[channel]
-            interface = channel_interface(self.plan, channel, nics)
-            for members in sorted(wanted[channel]):
-                if global_rank not in members:
-                    continue
-                prefix = f"{self._store_prefix}ch{channel}/{'-'.join(map(str, members))}/"
-                store = dist.PrefixStore(prefix, self._store)
-                try:
-                    backend = inner.create(name, store, members.index(global_rank), len(members),
-                                           self.group.timeout, interface=interface)
-                except (RuntimeError, ValueError) as error:     # ValueError: e.g. UCC not built
-                    _shut_down(comms)           # what was made so far
-                    raise PlanError(f"channel {channel}: cannot make a {name} backend for ranks {list(members)}"
-                                    f" on interface {interface!r}: {str(error).splitlines()[0]}") from None
-                comms[channel][members] = sendrecv.BackendPeers(backend, members, global_rank)
-        return comms
-
-    def inner_name(self) -> str:
-        return self.group.inner_names.get("cpu", next(iter(self.group.inner_names.values())))
-
-    def channel_backend(self, channel: int) -> str:
-        """The backend ``channel``'s motifs run on: ``P2_CHANNEL_BACKENDS``' entry for it, else the inner one."""
-        names = state.settings().channel_backends
-        return names[channel] if channel < len(names) else self.inner_name()
 
     # -------------------------------------------------------------- submit
     def submit(self, kind: str, record: OpRecord, *args) -> dist.Work | None:
@@ -295,9 +239,7 @@ class PlanRuntime:
             return
         for thread in self._threads:
             thread.join(timeout=5)
-        # Release the channel backends now, not at interpreter exit (where gloo's
-        # destructors can run after the threads they join are gone).
-        _shut_down(self.comms_by_channel)
+        self.channels.shut_down()
 
     # ----------------------------------------------------------- dispatcher
     def _dispatch(self) -> None:
@@ -364,6 +306,7 @@ class PlanRuntime:
         # mode is per thread, and in-place writes to such views with it on are refused.
         torch.set_grad_enabled(False)
         queue = self._queues[channel]
+        runner = self.channels[channel].runner
         while True:
             with self._queue_cond:
                 while not queue and not self._stop:
@@ -376,8 +319,8 @@ class PlanRuntime:
             tracer = self.group.tracer
             try:        # whatever fails here reaches the op's waiter: a worker never dies
                 start = tracer.now()
-                self.run_motif(submitted.op, submitted.op.motifs[motif_index], submitted.io.buffer,
-                               submitted.io.output)
+                runner.run(submitted.op, submitted.op.motifs[motif_index], submitted.io.buffer,
+                           submitted.io.output)
                 tracer.motif(submitted.record, submitted.op.order[motif_index], channel,
                              submitted.waits.get(motif_index, 0.0), start, tracer.now() - start)
             except Exception as error:  # noqa: BLE001 — handed to whoever waits on the op
@@ -396,49 +339,3 @@ class PlanRuntime:
             submitted.io.finish()
             self.group.tracer.complete(submitted.record)
             submitted.future.set_result(submitted.io.result)
-
-    def run_motif(self, op: OpPlan, motif: Motif, buffer: torch.Tensor, output: torch.Tensor | None) -> None:
-        """Run ``motif`` of ``op`` on this rank over its channel's backend for the motif's members:
-        the send/recv algorithms of :mod:`enforcer.comm.sendrecv`, or one UCC collective on a UCC channel.
-        ``buffer``/``output``: the op's buffer (:mod:`enforcer.runtime.buffers`)."""
-        members = [op.key.group[p] for p in motif.ranks]
-        if len(members) == 1 and motif.kind is not Collective.ALL_TO_ALL:
-            return
-        peers = self.comms_by_channel[motif.channel][tuple(sorted(members))]
-        if self.channel_backends.get(motif.channel) == "ucc":      # no send/recv: one UCC collective per motif
-            ucc_motifs.run(motif, buffer, output, members, peers.rank, peers.backend)
-            return
-        if motif.kind is Collective.ALL_TO_ALL:
-            sendrecv.all_to_all(buffer, output, motif.ranges[0], motif.window, members, peers)
-        elif motif.kind is Collective.REDUCE_SCATTER:
-            sendrecv.reduce_scatter([buffer[a:b] for a, b in motif.ranges], members, peers)
-        elif motif.kind is Collective.ALL_GATHER:
-            sendrecv.all_gather([buffer[a:b] for a, b in motif.ranges], members, peers)
-        else:
-            (lo, hi), = motif.ranges
-            data = buffer[lo:hi]
-            if not data.numel():
-                return
-            if motif.kind is Collective.ALL_REDUCE:
-                peers.backend.allreduce([data]).wait()
-            elif motif.kind is Collective.REDUCE:
-                sendrecv.reduce(data, members, peers)
-            else:
-                sendrecv.broadcast(data, members, peers)
-
-
-def valid(op: OpPlan, elements: int) -> bool:
-    """Whether ``op``'s plan computes it on a buffer of ``elements`` (:meth:`OpPlan.validate`); why not is logged."""
-    try:
-        op.validate(elements)
-    except PlanError as error:
-        log.error("p2enforcer: %s; passing the op through", error)
-        return False
-    return True
-
-
-def _shut_down(comms_by_channel: dict[int, dict[tuple[int, ...], sendrecv.BackendPeers]]) -> None:
-    for comms in comms_by_channel.values():
-        for peers in comms.values():
-            peers.backend.shutdown()
-        comms.clear()

@@ -1,10 +1,10 @@
-"""A plan's motifs as UCC collectives, for channels whose backend is UCC.
+"""Motifs on a channel whose backend is UCC: each motif as one UCC collective (:class:`UccMotifs`).
 
-The plan runtime (:mod:`enforcer.runtime.plan_runtime`) runs motifs over gloo with the
-send/recv algorithms of :mod:`enforcer.comm.sendrecv`; UCC has no point-to-point, so on
-a UCC channel each motif is one UCC collective with the same result, bit for
-bit (SUM of the same operands; integers exactly, floats up to the order UCC
-adds them in):
+On gloo and NCCL channels motifs run the send/recv algorithms of
+:mod:`enforcer.comm.sendrecv` (:mod:`enforcer.runtime.sendrecv_motifs`); UCC has no
+point-to-point, so on a UCC channel each motif is one UCC collective with the
+same result, bit for bit (SUM of the same operands; integers exactly, floats
+up to the order UCC adds them in):
 
 * ALL_REDUCE over ``[lo, hi)`` — allreduce (in place);
 * REDUCE / BROADCAST — reduce into / broadcast from the motif's first rank;
@@ -25,8 +25,8 @@ tests/ucc/test_ucc_native_motifs.py holds the two equal bit for bit.
 
 ``members`` are the motif's global ranks in the motif's order (block and part
 ``j`` belong to ``members[j]``; the root first); the backend was made for the
-same members *sorted* (:meth:`enforcer.runtime.plan_runtime.PlanRuntime._build_comms`), so
-its team ranks are positions in ``sorted(members)``.
+same members *sorted* (:func:`enforcer.runtime.channels.build`), so its team
+ranks are positions in ``sorted(members)``.
 """
 
 from __future__ import annotations
@@ -36,11 +36,26 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from optimizer_service.plan import Collective, Motif
+from enforcer.comm.sendrecv import BackendPeers
+from enforcer.runtime.motif_runner import motif_peers
+from optimizer_service.plan import Collective, Motif, OpPlan
 
 
-def run(motif: Motif, buffer: torch.Tensor, output: torch.Tensor | None, members: Sequence[int], me: int,
-        backend) -> None:
+class UccMotifs:
+    """The :class:`~enforcer.runtime.motif_runner.MotifRunner` of a UCC channel."""
+
+    def __init__(self, peers: dict[tuple[int, ...], BackendPeers]) -> None:
+        self.peers = peers
+
+    def run(self, op: OpPlan, motif: Motif, buffer: torch.Tensor, output: torch.Tensor | None) -> None:
+        found = motif_peers(self.peers, op, motif)
+        if found is not None:
+            members, peers = found
+            run_collective(motif, buffer, output, members, peers.rank, peers.backend)
+
+
+def run_collective(motif: Motif, buffer: torch.Tensor, output: torch.Tensor | None, members: Sequence[int],
+                   me: int, backend) -> None:
     """Run ``motif`` on this rank (``me``, a global rank) over the UCC ``backend`` of ``sorted(members)``.
     ``buffer``: the op's flat buffer, or its input's ``(N, D)`` blocks for all-to-all (``output``: the
     output's blocks)."""

@@ -93,14 +93,14 @@ def run_case(index: int, case: Case, native: bool, members: list[int], backend: 
         if native:
             getattr(cpp, case.motif)(parts, members, backend, rank)
         else:
-            getattr(p2p, case.motif)(parts, members, peers)
+            getattr(sendrecv, case.motif)(parts, members, peers)
         return flat
     if case.motif in ("reduce", "broadcast"):
         buffer = data(index, rank, (case.numel,), case.dtype)
         if native:
             getattr(cpp, case.motif)(buffer, members, backend, rank, case.segment_bytes)
         else:
-            getattr(p2p, case.motif)(buffer, members, peers, segment_bytes=case.segment_bytes)
+            getattr(sendrecv, case.motif)(buffer, members, peers, segment_bytes=case.segment_bytes)
         return buffer
     inputs = data(index, rank, (len(members), case.width), case.dtype)
     outputs = torch.full((len(members), case.width), SENTINEL, dtype=inputs.dtype)

@@ -102,7 +102,7 @@ def test_a_rank_that_is_not_a_member_is_one_line_as_in_p2p(alone, motif):
 def test_a_wrong_number_of_parts_is_one_line_as_in_p2p(alone, motif):
     parts = [torch.ones(2), torch.ones(2)]
     message = error_line(getattr(testing, motif), parts, [0], alone, 0)
-    assert message == error_line(getattr(p2p, motif), parts, [0], sendrecv.BackendPeers(alone, [0], 0))
+    assert message == error_line(getattr(sendrecv, motif), parts, [0], sendrecv.BackendPeers(alone, [0], 0))
     assert message == f"{motif} needs one part per member (1), got 2"
 
 

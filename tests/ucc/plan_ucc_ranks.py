@@ -82,14 +82,14 @@ def run_ops(group) -> list[torch.Tensor]:
 
 def _channel_backends() -> dict[int, list[str]]:
     runtime = enforcer.group_of().runtime
-    return {c: sorted({peers.backend.name() for peers in comms.values()})
-            for c, comms in runtime.comms_by_channel.items()}
+    return {c: sorted({peers.backend.name() for peers in runtime.channels[c].peers.values()})
+            for c in runtime.channels}
 
 
 def _ucc_collectives() -> int:
     runtime = enforcer.group_of().runtime
-    return sum(peers.backend.collectives for comms in runtime.comms_by_channel.values()
-               for peers in comms.values() if peers.backend.name() == "ucc")
+    return sum(peers.backend.collectives for c in runtime.channels
+               for peers in runtime.channels[c].peers.values() if peers.backend.name() == "ucc")
 
 
 def under_plan(first_channel: int, iterations: int = 3) -> dict:

@@ -2,7 +2,7 @@
 
 Every rank builds the same motif cases (:func:`cases`) and, for each member
 set it belongs to, three UCC backends for ``sorted(members)``: one where every
-member runs :mod:`enforcer.runtime.ucc_motifs`, one where every member runs its C++
+member runs :func:`enforcer.runtime.ucc_motifs.run_collective`, one where every member runs its C++
 twin (``enforcer._native.testing.ucc_motif``, the code a C++ plan runtime runs
 on a UCC channel), and one where members alternate between the two. Inputs are
 seeded by (case, rank); the C++ and the mixed results must equal the Python
@@ -80,7 +80,7 @@ def run_case(index: int, case: Case, native: bool, members: list[int], backend) 
         _native.testing.ucc_motif(motif.kind.value, buffer, output, list(motif.ranges), motif.window, members, rank,
                                   backend)
     else:
-        ucc_motifs.run(motif, buffer, output, members, rank, backend)
+        ucc_motifs.run_collective(motif, buffer, output, members, rank, backend)
     return buffer.view(-1) if output is None else torch.cat([buffer.view(-1), output.view(-1)])
 
 

@@ -59,7 +59,7 @@ def main() -> None:
     correct = bool(torch.all(tensor == world * (world + 1) // 2))
     new = sorted({address for address, _ in own_connections() - before})
     runtime = enforcer.group_of().runtime
-    backends = sorted({peers.backend.name() for peers in runtime.comms_by_channel[1].values()})
+    backends = sorted({peers.backend.name() for peers in runtime.channels[1].peers.values()})
     enforced = any(record["enforced"] for record in enforcer.trace()["ops"])
     print("NIC " + json.dumps({"correct": correct, "enforced": enforced, "backends": backends,
                                "nics": [a.split("/")[0] for a in os.environ["P2_CHANNEL_ADDRS"].split(",")],

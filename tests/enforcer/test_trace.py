@@ -1,0 +1,38 @@
+"""The trace's readers: the Python :class:`~enforcer.trace.Tracer` records and reads, the C++ backend's
+:class:`~enforcer.group.native_trace.NativeTracer` only reads (its backend records); both export one format."""
+
+from __future__ import annotations
+
+import pytest
+from enforcer.group import native
+from enforcer.group.native_trace import NativeTracer
+from enforcer.trace import TraceReader, Tracer
+
+RECORDING = ("issue", "complete", "wait", "motif")
+
+
+def test_only_the_python_trace_takes_op_wait_and_motif_records():
+    assert issubclass(Tracer, TraceReader) and issubclass(NativeTracer, TraceReader)
+    assert all(callable(getattr(Tracer, name)) for name in RECORDING)
+    assert not any(hasattr(NativeTracer, name) for name in RECORDING)
+    with pytest.raises(TypeError):
+        TraceReader(0, 1)       # the reader is an interface: each trace says how it reads
+
+
+@pytest.mark.skipif(not native.available(), reason=native.why_unavailable())
+def test_both_traces_export_one_format():
+    python, cpp = Tracer(1, 2), NativeTracer(1, 2, 100)
+    for trace in (python, cpp):
+        trace.switched(4, 0)
+        trace.bypass("all_reduce")
+        assert trace.step() == 1
+    documents = [trace.to_dict() for trace in (python, cpp)]
+    for document in documents:
+        document.pop("started_unix")
+        document["switches"][0].pop("at")
+    assert documents[0] == documents[1]
+    assert documents[0]["bypassed"] == {"all_reduce": 1} and documents[0]["switches"] == [{"iteration": 0,
+                                                                                          "version": 4}]
+    assert python.iteration_ops(0, 10) == cpp.iteration_ops(0, 10) == []
+    assert python.iteration_motifs(0, 10) == cpp.iteration_motifs(0, 10) == ([], 0)
+    assert python.waited == cpp.waited == 0.0 and python.wait_seconds() == cpp.wait_seconds() == 0.0
