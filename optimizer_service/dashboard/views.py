@@ -26,7 +26,8 @@ def _policy(core: ServiceCore, job: Job):
 def job_summary(core: ServiceCore, job: Job) -> dict:
     """One row of the jobs page. ``iteration_seconds`` and ``measured_seconds`` are the
     job's one measured iteration time (:meth:`ServiceCore.iteration_time`)."""
-    expected = core.prediction(job)
+    measured = core.iteration_time(job)
+    expected = core.prediction(job, measured)
     history = list(job.live.history)
     policy = _policy(core, job)
     now = core.clock()
@@ -35,7 +36,7 @@ def job_summary(core: ServiceCore, job: Job) -> dict:
             "ranks_registered": len(job.ranks), "ranks_connected": len(connected),
             "committed_version": job.coordinator.committed, "running_version": expected["running_version"],
             "iteration": max((info.iteration for info in job.ranks.values()), default=0),
-            "iteration_seconds": core.iteration_time(job).seconds,
+            "iteration_seconds": measured.seconds,
             "predicted_seconds": expected["predicted_seconds"], "measured_seconds": expected["measured_seconds"],
             "prediction_error_ratio": expected["error_ratio"],
             "sparkline": [round(it.seconds, 6) for it in history[-SPARKLINE:]],

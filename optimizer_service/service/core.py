@@ -488,7 +488,7 @@ class ServiceCore:
             if state is not None and measured.seconds is not None:
                 state.measured_seconds, state.measured_iterations = measured.seconds, measured.iterations
                 state.dirty = True
-        self.metrics.on_running(job.job_id, done[-1].version, self.prediction(job)["error_ratio"])
+        self.metrics.on_running(job.job_id, done[-1].version, self.prediction(job, measured)["error_ratio"])
 
     def iteration_time(self, job: Job) -> IterationTime:
         """The job's measured iteration time, the one figure the dashboard, the metrics and the
@@ -499,13 +499,14 @@ class ServiceCore:
             return of_policy(policy)
         return of_history(job.live.history, self.policy_config)
 
-    def prediction(self, job: Job) -> dict:
-        """The running plan's predicted and measured iteration time (:meth:`iteration_time`)
-        and the error ratio measured / predicted - 1."""
+    def prediction(self, job: Job, measured: IterationTime | None = None) -> dict:
+        """The running plan's predicted and measured iteration time (``measured``: the job's
+        :meth:`iteration_time` when the caller has it already) and the error ratio measured / predicted - 1."""
         running = job.live.history[-1].version if job.live.history else job.coordinator.committed
         state = job.plans.get(running)
         predicted = state.predicted_seconds if state is not None else None
-        measured = self.iteration_time(job)
+        if measured is None:
+            measured = self.iteration_time(job)
         seconds = measured.seconds if measured.version == running else None
         error = seconds / predicted - 1 if predicted and seconds is not None else None
         if error is not None and not math.isfinite(error):
