@@ -16,8 +16,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch.distributed as dist
-from enforcer import state
 
+from enforcer import state
 from enforcer.comm import inner
 from enforcer.comm.sendrecv import BackendPeers
 from enforcer.runtime.motif_runner import MotifRunner
