@@ -26,7 +26,6 @@ from enforcer import state
 from enforcer.group import bypass, native
 from enforcer.group.core import GroupCore, creator_arguments, group_of
 from enforcer.group.python import BACKEND_NAME, EnforcerGroup
-from enforcer.link import link
 from enforcer.runtime import plan_file
 from optimizer_service.plan import PlanError
 
@@ -88,6 +87,7 @@ def _started(group: GroupCore) -> GroupCore:
     if settings.plan_file:
         _install_plan_file(group, settings.plan_file)
     if settings.service:
+        from enforcer.link import link      # gRPC and the link load only in jobs that talk to a service
         group.link = link.start(group, settings, os.environ)
     return group
 

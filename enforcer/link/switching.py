@@ -25,14 +25,17 @@ whose ``switch_every`` differs from its job's.)
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 
-from enforcer.link.default_group import DefaultGroup
-from enforcer.link.session import Session
 from optimizer_service.control.participant import Discard, SwitchTo
 from optimizer_service.control.switch import SwitchError, is_check
+
+if TYPE_CHECKING:      # every training process imports this (enforcer.step); the session comes with the link
+    from enforcer.link.default_group import DefaultGroup
+    from enforcer.link.session import Session
 
 log = logging.getLogger("enforcer")
 
