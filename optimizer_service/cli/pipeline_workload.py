@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from optimizer_service.cli.reshard import emulated_topology
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.hardware.topology import Topology
+from optimizer_service.plan.dtypes import DEFAULT_ELEMENT_BYTES
 from optimizer_service.plan.pipeline import PipelineSchedule
 from optimizer_service.resharding.mesh import Mesh
 from optimizer_service.resharding.pipeline_costs import PipelineCosts, gpt_like, u_transformer_like
@@ -52,7 +53,6 @@ from optimizer_service.resharding.pipeline_schedules import build_schedule
 from optimizer_service.resharding.pipeline_sim import simulate
 from optimizer_service.resharding.planner import ReshardPlan, plan_resharding
 from optimizer_service.syndicate.dag import TrainingDAG
-from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 from optimizer_service.syndicate.pipeline_dag import BoundaryMotifs, broadcasts, pipeline_dag
 
 #: Workload name -> the stage profile it uses.
@@ -121,7 +121,7 @@ def _motifs(plans: tuple[ReshardPlan, ...]) -> tuple:
     for plan in plans:
         element_bytes = plan.program.element_bytes
         for task in plan.program.tasks:
-            elements = -(-task.box.elements * element_bytes // ELEMENT_BYTES)
+            elements = -(-task.box.elements * element_bytes // DEFAULT_ELEMENT_BYTES)
             tasks.append(((task.sender, *task.receivers), elements))
     return broadcasts(tasks)
 

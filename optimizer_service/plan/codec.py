@@ -24,6 +24,8 @@ def op_to_json(op: OpPlan) -> dict:
     entry: dict = {"seq": key.seq, "kind": key.kind, "bytes": key.nbytes, "group": list(key.group)}
     if key.kind == "broadcast":
         entry["root"] = key.root
+    if key.dtype:
+        entry["dtype"] = key.dtype
     entry["plan"] = str(op.plan)
     entry["order"] = list(op.order)
     return entry
@@ -31,9 +33,9 @@ def op_to_json(op: OpPlan) -> dict:
 
 
 _PLAN_FIELDS = ({"format", "version", "world_size", "ops"},
-                {"channels", "topology", "predicted_iteration_seconds"})
+                {"channels", "topology", "predicted_iteration_seconds", "bound_iteration_seconds"})
 
-_OP_FIELDS = ({"seq", "kind", "bytes", "group", "plan", "order"}, {"root"})
+_OP_FIELDS = ({"seq", "kind", "bytes", "group", "plan", "order"}, {"root", "dtype"})
 
 
 def load_document(text: str) -> dict:
@@ -68,7 +70,8 @@ def op_from_json(entry, where: str) -> OpPlan:
     order = integers(entry, "order", where)
     text = typed(entry, "plan", str, where, "a string")
     key = OpKey(integer(entry, "seq", where), kind, integer(entry, "bytes", where), tuple(group),
-                integer(entry, "root", where) if "root" in entry else 0)
+                integer(entry, "root", where) if "root" in entry else 0,
+                typed(entry, "dtype", str, where, "a string") if "dtype" in entry else "")
     try:
         plan = parse_composition(text)
     except InvalidInputError as error:

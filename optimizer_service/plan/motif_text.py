@@ -12,6 +12,7 @@ import re
 
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.dtypes import DEFAULT_ELEMENT_BYTES
 from optimizer_service.plan.motif import Composition, Motif, Par, Range, Seq, check_motif
 
 _TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<word>[A-Za-z]+)|(?P<sym>->|\|\||[()\[\]:,+])|(?P<bad>\S))")
@@ -27,11 +28,13 @@ def parse_composition(text: str) -> Composition:
     Grammar (whitespace between tokens is free)::
 
         plan   := motif | "(" plan ( ("->" plan)+ | ("||" plan)+ )? ")"
-        motif  := Collective "(" int ("," int)* ")" range+ ["dst" "+" range] ["ch" int]
+        motif  := Collective "(" int ("," int)* ")" range+ ["dst" "+" range] ["ch" int] [int "B"]
         range  := "[" int ":" int "]"
 
-    Parentheses around a single plan only group it, so a one-part ``Seq`` or
-    ``Par`` (which no operator produces) has no text form of its own. Every
+    The motif's last part, ``<n>B``, is its element size in bytes (4 when
+    absent; :mod:`optimizer_service.plan.motif`). Parentheses around a single
+    plan only group it, so a one-part ``Seq`` or ``Par`` (which no operator
+    produces) has no text form of its own. Every
     motif must be well formed (:func:`check_motif`). Malformed text raises
     :class:`InvalidInputError` naming the column and the offending part.
     """
@@ -106,11 +109,15 @@ class _PlanParser:
         if self._peek() == "ch":
             self._take()
             channel = self._int()
+        element_bytes = DEFAULT_ELEMENT_BYTES
+        if self.at < len(self.tokens) and self.tokens[self.at][0] == "int":
+            element_bytes = self._int()
+            self._expect("B", "'B' after the element size (e.g. '2B')")
         if (window is None) == (kind is Collective.ALL_TO_ALL):
             self.at = start
             self._fail("AllToAll needs a destination window 'dst+[start:stop]'" if window is None
                        else f"only AllToAll has a destination window, not {kind}")
-        motif = Motif(kind, tuple(ranks), tuple(ranges), window or (0, 0), channel)
+        motif = Motif(kind, tuple(ranks), tuple(ranges), window or (0, 0), channel, element_bytes)
         try:
             check_motif(motif)
         except InvalidInputError as error:

@@ -24,7 +24,12 @@ the channel from ``P2_CHANNEL_IFNAMES``, else the inner backend's default).
 ``seq`` is its 0-based position among the ops of its process group in the
 iteration, ``group`` the group's global ranks in group-rank order, ``bytes``
 the size of its *buffer*, and for ``broadcast`` also ``root``, the group
-position of the source. Motif ranks in the plan text are **group positions**
+position of the source. An optional ``dtype`` (a name of
+:data:`~optimizer_service.plan.dtypes.DTYPE_BYTES`) narrows the key to ops of
+that element type: motif ranges count elements, so a plan made for 2-byte
+elements must not be read on a 4-byte buffer of the same size; every motif
+of such an op counts elements of that size (its ``element_bytes``, ``2B`` in
+the text form). Motif ranks in the plan text are **group positions**
 ``0..p-1``; motif ranges are **element** ranges of the buffer.
 
 **Buffer model** (``p`` members; ``n`` is the element count the runtime sees):
@@ -60,6 +65,7 @@ from dataclasses import dataclass, field
 
 from optimizer_service.errors import InvalidInputError, PlanError
 from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.dtypes import DTYPE_BYTES, element_bytes
 from optimizer_service.plan.motif import Composition, Motif, Seq, check_motif, motifs_of
 from optimizer_service.plan.numeric import buffer_extent, wrong_numbers
 
@@ -94,11 +100,17 @@ class OpKey:
     nbytes: int
     group: tuple[int, ...]
     root: int = 0
+    dtype: str = ""         # the elements' dtype (a DTYPE_BYTES name); "" matches an op of any dtype
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "group", tuple(self.group))
         if self.kind not in KINDS:
             self._fail(f"unknown kind {self.kind!r} (expected one of {', '.join(KINDS)})")
+        if self.dtype and self.dtype not in DTYPE_BYTES:
+            self._fail(f"unknown dtype {self.dtype!r} (expected one of {', '.join(DTYPE_BYTES)})")
+        if self.dtype and self.nbytes % DTYPE_BYTES[self.dtype]:
+            self._fail(f"bytes {self.nbytes} is not a whole number of {self.dtype} elements "
+                       f"({DTYPE_BYTES[self.dtype]} bytes each)")
         if self.seq < 0:
             self._fail(f"seq {self.seq} must be >= 0")
         if self.nbytes < 0:
@@ -114,7 +126,8 @@ class OpKey:
 
     def __str__(self) -> str:
         source = f" from position {self.root}" if self.kind == "broadcast" else ""
-        return f"op {self.seq} ({self.kind}{source} on group [{','.join(map(str, self.group))}])"
+        dtype = f" of {self.dtype}" if self.dtype else ""
+        return f"op {self.seq} ({self.kind}{dtype}{source} on group [{','.join(map(str, self.group))}])"
 
     @property
     def size(self) -> int:
@@ -222,6 +235,9 @@ class OpPlan:
         if motif.kind not in MOTIF_KINDS[self.key.kind]:
             fits = ", ".join(sorted(k.value for k in MOTIF_KINDS[self.key.kind]))
             self._fail(f"{where}: a {motif.kind} motif cannot be part of {self.key.kind} (use {fits})")
+        if self.key.dtype and motif.element_bytes != DTYPE_BYTES[self.key.dtype]:
+            self._fail(f"{where} counts {motif.element_bytes}-byte elements but {self.key.dtype} has "
+                       f"{DTYPE_BYTES[self.key.dtype]}-byte ones; plan the op in its own elements")
         if motif.kind is Collective.ALL_TO_ALL and motif.ranks != tuple(range(self.key.size)):
             self._fail(f"{where}: AllToAll motifs span the whole group in group order "
                        f"({','.join(map(str, range(self.key.size)))})")
@@ -243,19 +259,20 @@ class OpPlan:
 
 def whole_op(key: OpKey, elements: int, base: int = 0) -> OpPlan:
     """The trivial plan: the op as one motif over its whole buffer, numbered
-    ``base`` (what the optimizer's "default execution plan" is, §4.3.1)."""
-    p, everyone = key.size, tuple(range(key.size))
+    ``base`` (what the optimizer's "default execution plan" is, §4.3.1), in
+    the elements of the key's dtype (4 bytes when it names none)."""
+    p, everyone, size = key.size, tuple(range(key.size)), element_bytes(key.dtype)
     if key.kind == "all_to_all":
         columns = buffer_extent(key, elements)[0]
-        motif = Motif(Collective.ALL_TO_ALL, everyone, ((0, columns),), (0, p))
+        motif = Motif(Collective.ALL_TO_ALL, everyone, ((0, columns),), (0, p), element_bytes=size)
     elif key.kind in ("all_gather", "reduce_scatter"):
         kind = Collective.ALL_GATHER if key.kind == "all_gather" else Collective.REDUCE_SCATTER
-        motif = Motif(kind, everyone, tuple((k * elements, (k + 1) * elements) for k in everyone))
+        motif = Motif(kind, everyone, tuple((k * elements, (k + 1) * elements) for k in everyone), element_bytes=size)
     elif key.kind == "broadcast":
         ranks = (key.root, *(r for r in everyone if r != key.root))
-        motif = Motif(Collective.BROADCAST, ranks, ((0, elements),))
+        motif = Motif(Collective.BROADCAST, ranks, ((0, elements),), element_bytes=size)
     else:
-        motif = Motif(Collective.ALL_REDUCE, everyone, ((0, elements),))
+        motif = Motif(Collective.ALL_REDUCE, everyone, ((0, elements),), element_bytes=size)
     return OpPlan(key, motif, (base,))
 
 

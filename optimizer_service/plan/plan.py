@@ -26,6 +26,9 @@ class Plan:
     ops: tuple[OpPlan, ...]
     topology: str | None = None
     predicted_iteration_seconds: float | None = None
+    #: The lower bound on the job's iteration time on the cluster state the plan was searched for
+    #: (:mod:`optimizer_service.syndicate.bound`); None when unknown.
+    bound_iteration_seconds: float | None = None
     _index: dict[tuple[tuple[int, ...], int], OpPlan] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -38,9 +41,10 @@ class Plan:
         for channel in self.channels:
             if channel < 0:
                 raise PlanError(f"plan channel {channel} must be >= 0")
-        seconds = self.predicted_iteration_seconds
-        if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
-            raise PlanError(f"plan predicted_iteration_seconds must be a finite number >= 0, got {seconds}")
+        for name in ("predicted_iteration_seconds", "bound_iteration_seconds"):
+            seconds = getattr(self, name)
+            if seconds is not None and not (math.isfinite(seconds) and seconds >= 0):
+                raise PlanError(f"plan {name} must be a finite number >= 0, got {seconds}")
         index: dict[tuple[tuple[int, ...], int], OpPlan] = {}
         for op in self.ops:
             self._check_op(op)
@@ -95,15 +99,16 @@ class Plan:
         topology = document.get("topology")
         if topology is not None and not isinstance(topology, str):
             raise PlanError(f"plan: 'topology' must be a string, got {json.dumps(topology)}")
-        seconds = document.get("predicted_iteration_seconds")
-        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
-            raise PlanError(f"plan: 'predicted_iteration_seconds' must be a number, got {json.dumps(seconds)}")
+        seconds = {name: document.get(name) for name in ("predicted_iteration_seconds", "bound_iteration_seconds")}
+        for name, value in seconds.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise PlanError(f"plan: {name!r} must be a number, got {json.dumps(value)}")
         return cls(version=codec.integer(document, "version", "plan"),
                    world_size=codec.integer(document, "world_size", "plan"),
                    channels=channels,
                    ops=tuple(codec.op_from_json(entry, f"plan ops[{i}]") for i, entry in enumerate(ops)),
                    topology=topology,
-                   predicted_iteration_seconds=None if seconds is None else float(seconds))
+                   **{name: None if value is None else float(value) for name, value in seconds.items()})
 
     def to_json(self) -> str:
         """The JSON document :meth:`parse` reads back; one line per op, so plans diff well."""
@@ -111,8 +116,9 @@ class Plan:
                         "channels": {str(c): self.channels[c] for c in self.channel_ids()}}
         if self.topology is not None:
             header["topology"] = self.topology
-        if self.predicted_iteration_seconds is not None:
-            header["predicted_iteration_seconds"] = self.predicted_iteration_seconds
+        for name in ("predicted_iteration_seconds", "bound_iteration_seconds"):
+            if getattr(self, name) is not None:
+                header[name] = getattr(self, name)
         fields = [f" {json.dumps(name)}: {json.dumps(value)}," for name, value in header.items()]
         ops = ",\n".join(f"  {json.dumps(codec.op_to_json(op))}" for op in self.ops)
         return "\n".join(["{", *fields, ' "ops": [', *([ops] if ops else []), " ]", "}"]) + "\n"

@@ -2,8 +2,9 @@
 
 The proto mirrors :class:`~optimizer_service.plan.plan.Plan` field for field;
 a composition is a tree of ``Composition`` nodes (a motif, or the parts of a
-``Seq`` or ``Par``). Decoding builds the values through their constructors,
-so a message that does not make a valid plan is a one-line
+``Seq`` or ``Par``); a motif's ``element_bytes`` is 0 for the default 4.
+Decoding builds the values through their constructors, so a message that
+does not make a valid plan is a one-line
 :class:`~optimizer_service.errors.PlanError` naming what is wrong, like the
 JSON codec's. ``plan_from_proto(plan_to_proto(p)) == p`` for every plan.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from optimizer_service.errors import InvalidInputError, PlanError
 from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.dtypes import DEFAULT_ELEMENT_BYTES
 from optimizer_service.plan.motif import Composition, Motif, Par, Seq
 from optimizer_service.plan.op_plan import OpKey, OpPlan
 from optimizer_service.plan.plan import Plan
@@ -36,6 +38,8 @@ def plan_to_proto(plan: Plan) -> plan_pb2.Plan:
         message.topology = plan.topology
     if plan.predicted_iteration_seconds is not None:
         message.predicted_iteration_seconds = plan.predicted_iteration_seconds
+    if plan.bound_iteration_seconds is not None:
+        message.bound_iteration_seconds = plan.bound_iteration_seconds
     return message
 
 
@@ -49,13 +53,15 @@ def plan_from_proto(message: plan_pb2.Plan) -> Plan:
                 ops=tuple(_op_from_proto(op, f"plan ops[{i}]") for i, op in enumerate(message.ops)),
                 topology=message.topology if message.HasField("topology") else None,
                 predicted_iteration_seconds=(message.predicted_iteration_seconds
-                                             if message.HasField("predicted_iteration_seconds") else None))
+                                             if message.HasField("predicted_iteration_seconds") else None),
+                bound_iteration_seconds=(message.bound_iteration_seconds
+                                         if message.HasField("bound_iteration_seconds") else None))
 
 
 def _op_to_proto(op: OpPlan) -> plan_pb2.OpPlan:
     key = op.key
     return plan_pb2.OpPlan(key=plan_pb2.OpKey(seq=key.seq, kind=key.kind, bytes=key.nbytes, group=key.group,
-                                              root=key.root),
+                                              root=key.root, dtype=key.dtype),
                            composition=_composition_to_proto(op.plan), order=op.order)
 
 
@@ -63,7 +69,7 @@ def _op_from_proto(message: plan_pb2.OpPlan, where: str) -> OpPlan:
     if not message.HasField("key"):
         raise PlanError(f"{where}: missing field 'key'")
     key = message.key
-    op_key = OpKey(key.seq, key.kind, key.bytes, tuple(key.group), key.root)
+    op_key = OpKey(key.seq, key.kind, key.bytes, tuple(key.group), key.root, key.dtype)
     if not message.HasField("composition"):
         raise PlanError(f"plan {op_key}: missing field 'composition'")
     try:
@@ -76,7 +82,8 @@ def _op_from_proto(message: plan_pb2.OpPlan, where: str) -> OpPlan:
 def _composition_to_proto(part: Composition) -> plan_pb2.Composition:
     if isinstance(part, Motif):
         motif = plan_pb2.Motif(collective=_TO_PROTO[part.kind], ranks=part.ranks, channel=part.channel,
-                               ranges=[plan_pb2.Range(lo=lo, hi=hi) for lo, hi in part.ranges])
+                               ranges=[plan_pb2.Range(lo=lo, hi=hi) for lo, hi in part.ranges],
+                               element_bytes=0 if part.element_bytes == DEFAULT_ELEMENT_BYTES else part.element_bytes)
         if part.kind is Collective.ALL_TO_ALL:
             motif.window.lo, motif.window.hi = part.window
         return plan_pb2.Composition(motif=motif)
@@ -95,7 +102,8 @@ def _composition_from_proto(message: plan_pb2.Composition, depth: int) -> Compos
                                     f"{', '.join(c.value for c in Collective)}")
         kind = _FROM_PROTO[motif.collective]
         window = (motif.window.lo, motif.window.hi) if kind is Collective.ALL_TO_ALL else (0, 0)
-        return Motif(kind, tuple(motif.ranks), tuple((r.lo, r.hi) for r in motif.ranges), window, motif.channel)
+        return Motif(kind, tuple(motif.ranks), tuple((r.lo, r.hi) for r in motif.ranges), window, motif.channel,
+                     motif.element_bytes or DEFAULT_ELEMENT_BYTES)
     if node is None:
         raise InvalidInputError("an empty composition node (neither motif, seq nor par)")
     parts = tuple(_composition_from_proto(inner, depth + 1) for inner in getattr(message, node).parts)

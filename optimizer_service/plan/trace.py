@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from optimizer_service.errors import PlanError
 from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.dtypes import DTYPE_BYTES, PLANNED_DTYPES
 from optimizer_service.plan.op_plan import PLAN_KIND
 
 TRACE_FORMAT = "p2enforcer-trace"
@@ -74,24 +75,23 @@ COMM_KINDS = {"all_reduce": Collective.ALL_REDUCE, "broadcast": Collective.BROAD
               "all_to_all": Collective.ALL_TO_ALL, "all_to_all_single": Collective.ALL_TO_ALL}
 
 
-#: Bytes per element of the dtypes a trace names.
-DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int16": 2,
-               "int8": 1, "uint8": 1, "bool": 1}
-
-
 def passthrough_reason(kind: str, dtype: str) -> str:
     """Why the enforcer runs a traced op of ``kind`` and ``dtype`` as the inner
     backend does whatever a plan says ("" when a plan can carry it): the search
     decomposes only :data:`COMM_KINDS` (others are timed as compute), the
     backend hands only :data:`~optimizer_service.plan.op_plan.PLAN_KIND` kinds to a plan, and
-    a plan's motif ranges count 4-byte elements."""
+    a plan's motifs count elements of a dtype of :data:`DTYPE_BYTES` (every
+    one of them: a plan carries an op in its own elements) that the enforcer
+    hands to a plan (:data:`~optimizer_service.plan.dtypes.PLANNED_DTYPES`:
+    not int16, which gloo has no collective for)."""
     if kind not in COMM_KINDS:
         return "not a collective the search decomposes (timed as compute)"
     if kind not in PLAN_KIND:
         return f"{kind} is not one the enforcer plans ({', '.join(PLAN_KIND)})"
-    size = DTYPE_BYTES.get(dtype, 4)
-    if size != 4:
-        return f"{dtype} has {size}-byte elements; plans carry 4-byte elements"
+    if dtype not in DTYPE_BYTES:
+        return f"dtype {dtype!r} is not one a plan carries ({', '.join(DTYPE_BYTES)})"
+    if dtype not in PLANNED_DTYPES:
+        return f"the inner backend has no {dtype} collective, so the enforcer runs it as traced"
     return ""
 
 

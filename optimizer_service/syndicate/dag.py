@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.dtypes import DTYPE_BYTES, element_bytes
 from optimizer_service.plan.motif import Composition, Motif, Par, Seq, comm_op
 from optimizer_service.syndicate.scheduler import LANE_STRIDE, Task, lane_channel, stream_channel
 from optimizer_service.syndicate.toposort import topological_order
@@ -60,7 +61,7 @@ class Node:
     after_previous: tuple[str, ...] = ()       # predecessors in the previous iteration
     issued_after: tuple[str, ...] = ()         # program order only (same iteration)
     issued_after_previous: tuple[str, ...] = ()  # program order only (previous iteration)
-    element_bytes: int = 4                     # the traced op's dtype size: only 4-byte ops can carry a plan
+    dtype: str = ""                            # a comm-op's dtype (a DTYPE_BYTES name); "": unnamed, fp32 elements
     passthrough: str = ""                      # why the enforcer cannot run a plan for it ("" if it can)
     root: int = 0                              # a traced broadcast's source: its position in the traced group
     stream: int = 0                            # a compute node's compute stream (comm-ops: 0)
@@ -135,9 +136,14 @@ def compute(name: str, seconds: float, *after: str, previous: Sequence[str] = ()
 
 def comm(name: str, kind: Collective, ranks: Sequence[int], elements: int, *after: str,
          previous: Sequence[str] = (), issued_after: Sequence[str] = (),
-         issued_after_previous: Sequence[str] = (), lane: int = 0) -> Node:
-    return Node(name, 0.0, comm_op(kind, ranks, elements), tuple(after), tuple(previous), tuple(issued_after),
-                tuple(issued_after_previous), lane=lane)
+         issued_after_previous: Sequence[str] = (), lane: int = 0, dtype: str = "") -> Node:
+    """A comm-op of ``elements`` of ``dtype`` per rank (per block for AllToAll);
+    its motifs count elements of the dtype's size (4 bytes when ``dtype`` is "")."""
+    if dtype and dtype not in DTYPE_BYTES:
+        raise InvalidInputError(f"comm-op {name!r} has dtype {dtype!r}; expected one of {', '.join(DTYPE_BYTES)} "
+                                "or none (fp32)")
+    return Node(name, 0.0, comm_op(kind, ranks, elements, element_bytes(dtype)), tuple(after), tuple(previous),
+                tuple(issued_after), tuple(issued_after_previous), dtype=dtype, lane=lane)
 
 
 def to_tasks(dag: TrainingDAG, plans: Mapping[str, Composition], seconds: Callable[[Motif], float]

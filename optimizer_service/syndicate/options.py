@@ -20,12 +20,17 @@ What we offer, per collective (``p`` members, ``C`` the topology's channels):
 * **Broadcast** — whole, or ``halves`` (Figure 9);
 
 each also **segmented** into ``k`` ∈ :data:`SEGMENTS` pieces (App. A.1; the
-piece is segmented first, then splined), and on **every channel** — all motifs
-on channel ``c`` (``@ch<c>``), or, for ``k ≥ 2``, over several (multipath,
+piece is segmented first, then splined) while a piece keeps at least
+:data:`MIN_SEGMENT_BYTES` (a size in bytes, so an op of 1-byte elements is
+offered the same cuts as a 4-byte op of as many bytes), and on **every
+channel** — all motifs on channel ``c`` (``@ch<c>``), or, for ``k ≥ 2``, over several (multipath,
 Syndicate Figure 2 ③): with two channels ``@split<j>`` puts ``j`` of the ``k``
 segments on the second channel and the rest on the first (channels are
 rarely equally fast, so uneven splits matter), with more ``@striped`` puts
 segment ``s`` on channel ``s mod |C|``.
+
+Every option counts the op's own elements (its motifs keep the op's
+``element_bytes``), and P² is asked for the op's real byte size.
 
 Option names read ``<base>[/seg<k>]@<channel>``, e.g. ``tree2/seg4@ch0``,
 ``a2a/seg4@split1``.
@@ -42,7 +47,6 @@ from dataclasses import dataclass, replace
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Composition, Motif, Par, motifs_of, on_channel, rewrite
-from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 from optimizer_service.syndicate.transforms import (
     segment,
     spline_all_to_all,
@@ -52,6 +56,8 @@ from optimizer_service.syndicate.transforms import (
 )
 
 SEGMENTS = (1, 2, 4, 8)
+#: The smallest segment offered, in bytes (one fp32 element: what the 4-byte planner allowed).
+MIN_SEGMENT_BYTES = 4
 #: How many of P²'s best programs become all-reduce options.
 P2_PROGRAMS = 2
 
@@ -86,7 +92,7 @@ def options_for(op: Motif, topology: Topology, channels: Sequence[int] | None = 
     out: list[Option] = []
     longest = max((b - a for a, b in op.ranges), default=0)
     for k in SEGMENTS:
-        if k > 1 and longest < k:
+        if k > 1 and (longest < k or longest * op.element_bytes < k * MIN_SEGMENT_BYTES):
             continue
         pieces = [op] if k == 1 else motifs_of(segment(op, -(-longest // k)))
         for base, build in bases:
@@ -147,11 +153,11 @@ def p2_programs(op: Motif, topology: Topology, count: int = P2_PROGRAMS) -> list
     from optimizer_service.p2.planner import synthesize_placements
     from optimizer_service.syndicate.program_motifs import program_motifs
     (lo, hi), = op.ranges
-    report = synthesize_placements(topology, [topology.device_count], [0], nbytes=max(1, hi - lo) * ELEMENT_BYTES)
+    report = synthesize_placements(topology, [topology.device_count], [0], nbytes=max(1, hi - lo) * op.element_bytes)
     plans = []
     for placement in report.placements:
         for ranked in placement.programs[:count]:
-            plans.append(rewrite(program_motifs(ranked.lowered, len(op.ranks), hi - lo),
-                                        lambda m, lo=lo: m if lo == 0 else replace(
-                                            m, ranges=tuple((a + lo, b + lo) for a, b in m.ranges))))
+            motifs = program_motifs(ranked.lowered, len(op.ranks), hi - lo, element_bytes=op.element_bytes)
+            plans.append(rewrite(motifs, lambda m, lo=lo: m if lo == 0 else replace(
+                m, ranges=tuple((a + lo, b + lo) for a, b in m.ranges))))
     return plans[:count]

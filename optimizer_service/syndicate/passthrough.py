@@ -11,7 +11,7 @@ lists those, for the iteration the search planned
   scatter, coalesced ops (the DAG times them as compute);
 * a collective the backend never hands to a plan — ``reduce`` and the list
   forms ``all_gather``, ``reduce_scatter``, ``all_to_all``;
-* elements that are not 4 bytes (a plan's motif ranges count 4-byte elements);
+* a dtype no plan names (not one of :data:`~optimizer_service.plan.dtypes.DTYPE_BYTES`);
 * otherwise, when the plan has no entry for the op's key (its group, its
   position among the group's collectives, kind, bytes, broadcast root):
   :data:`NOT_IN_PLAN`.

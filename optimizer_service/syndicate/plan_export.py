@@ -5,13 +5,13 @@ The search schedules two unrolled iterations; the plan describes one
 iteration, taken from the second (the steady state, where ops moved across
 the boundary already sit where they will always run). For every comm-op of
 that iteration whose kind a plan can carry (:data:`optimizer_service.plan.op_plan.KINDS`)
-and whose elements are 4 bytes (the options' motif ranges are in 4-byte units;
-an op of float64 or bfloat16 passes through), and that the enforcer can hand
-to a plan (a traced op's ``passthrough`` reason is empty), it gives
+and that the enforcer can hand to a plan (a traced op's ``passthrough``
+reason is empty), whatever its dtype (issue 32), it gives
 
 * the key: the op's position among its group's ops in the iteration, its
-  kind, its buffer's bytes (4-byte elements, the buffer model of
-  :mod:`optimizer_service.plan.op_plan`), its group;
+  kind, its buffer's bytes (its elements in their own size, the buffer model
+  of :mod:`optimizer_service.plan.op_plan`), its group, and a traced op's
+  dtype (a workload's ops name none: their motifs count fp32 elements);
 * the motifs of the chosen option, ranks as group positions;
 * each motif's sequence number: the schedule's numbers renumbered densely
   within the iteration, so motifs that start together share one.
@@ -32,21 +32,21 @@ from optimizer_service.plan.motif import Composition, Motif, motifs_of, rewrite
 from optimizer_service.plan.op_plan import KINDS, OpKey, OpPlan
 from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.baselines import SystemResult
-from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 from optimizer_service.syndicate.problem import Problem
 
 
 def buffer_bytes(op: Motif) -> int:
     """The op's buffer: its elements (every member's part for gathers and
-    reduce-scatters), and for an all-to-all one block per member."""
-    return op.elements * (len(op.ranks) if op.kind is Collective.ALL_TO_ALL else 1) * ELEMENT_BYTES
+    reduce-scatters), and for an all-to-all one block per member, in bytes."""
+    return op.nbytes * (len(op.ranks) if op.kind is Collective.ALL_TO_ALL else 1)
 
 
 def op_keys(problem: Problem) -> list[OpKey | None]:
     """Per comm-op slot of ``problem``, the key a plan gives its op: its position
     among its group's ops in the iteration, its kind, its buffer, its group (in
-    the traced order) and a broadcast's root position; None for a kind no plan
-    carries (a Reduce: it still takes its position)."""
+    the traced order), a broadcast's root position and its dtype; None for a
+    kind no plan carries (a Reduce) and for an op the enforcer runs as traced
+    (its ``passthrough`` reason): either still takes its position."""
     group_seq: dict[tuple[int, ...], int] = {}
     keys: list[OpKey | None] = []
     for node_index in problem.comm_nodes:
@@ -58,7 +58,8 @@ def op_keys(problem: Problem) -> list[OpKey | None]:
         seq = group_seq.get(group, 0)
         group_seq[group] = seq + 1
         kind = op.kind.name.lower()         # ALL_REDUCE -> "all_reduce"
-        keys.append(OpKey(seq, kind, buffer_bytes(op), group, root) if kind in KINDS else None)
+        plannable = kind in KINDS and not node.passthrough
+        keys.append(OpKey(seq, kind, buffer_bytes(op), group, root, node.dtype) if plannable else None)
     return keys
 
 
@@ -81,9 +82,8 @@ def export_plan(problem: Problem, result: SystemResult, version: int = 1) -> Pla
         tasks_of.setdefault(evaluation.task_node[i], []).append(i)
     ops = []
     for slot, (node_index, key) in enumerate(zip(problem.comm_nodes, op_keys(problem))):
-        node = problem.dag.nodes[node_index]
-        if key is None or node.element_bytes != ELEMENT_BYTES or node.passthrough:
-            continue        # e.g. 8- or 2-byte elements: the option's 4-byte ranges do not fit its buffer
+        if key is None:
+            continue
         option = problem.options[slot][result.choice[slot]]
         local = in_group(option.plan, key.group)
         position = {rank: k for k, rank in enumerate(key.group)}

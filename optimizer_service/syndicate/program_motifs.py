@@ -22,6 +22,7 @@ several ranges becomes one motif per range. Empty pieces stay as empty ranges.
 from __future__ import annotations
 
 from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.dtypes import DEFAULT_ELEMENT_BYTES
 from optimizer_service.plan.layout import plan_layout
 from optimizer_service.plan.lowered import LoweredProgram
 from optimizer_service.plan.motif import Composition, Motif, Par, Seq
@@ -36,8 +37,9 @@ def _piece_ranges(pieces, numel: int) -> list[tuple[int, int]]:
     return out
 
 
-def program_motifs(program: LoweredProgram, group_size: int, elements: int, channel: int = 0) -> Composition:
-    """``program`` as motifs on an all_reduce buffer of ``elements`` elements."""
+def program_motifs(program: LoweredProgram, group_size: int, elements: int, channel: int = 0,
+                   element_bytes: int = DEFAULT_ELEMENT_BYTES) -> Composition:
+    """``program`` as motifs on an all_reduce buffer of ``elements`` elements of ``element_bytes`` bytes."""
     stages = []
     for step in plan_layout(program, group_size):
         parts: list[Composition] = []
@@ -49,16 +51,17 @@ def program_motifs(program: LoweredProgram, group_size: int, elements: int, chan
                 if len(counts) == 1:
                     for j in range(max(counts.pop(), 1)):
                         parts.append(Motif(kind, move.members, tuple(r[j] if r else (0, 0) for r in ranges),
-                                           channel=channel))
+                                           channel=channel, element_bytes=element_bytes))
                     continue
                 # Members hold different numbers of pieces: every piece is owned by one member,
                 # so ReduceScatter = ∥ Reduce into its owner, AllGather = ∥ Broadcast from it.
                 single = Collective.REDUCE if kind is Collective.REDUCE_SCATTER else Collective.BROADCAST
                 for owner, owned in enumerate(ranges):
                     order = (move.members[owner], *[m for m in move.members if m != move.members[owner]])
-                    parts += [Motif(single, order, (piece,), channel=channel) for piece in owned]
+                    parts += [Motif(single, order, (piece,), channel=channel, element_bytes=element_bytes)
+                              for piece in owned]
             else:
                 for lo, hi in ranges[0] or [(0, 0)]:
-                    parts.append(Motif(kind, move.members, ((lo, hi),), channel=channel))
+                    parts.append(Motif(kind, move.members, ((lo, hi),), channel=channel, element_bytes=element_bytes))
         stages.append(parts[0] if len(parts) == 1 else Par(tuple(parts)))
     return stages[0] if len(stages) == 1 else Seq(tuple(stages))

@@ -13,15 +13,18 @@ Our readings of a trace (its ops in program order ``o_0 .. o_{K-1}``):
   for the plan's key), reduce → Reduce,
   all_gather(_into_tensor) → AllGather, reduce_scatter(_tensor) →
   ReduceScatter, all_to_all(_single) → AllToAll, on the group's global ranks.
-  Elements are 4-byte units (the cost model's): ``ceil(bytes / 4)`` of the
-  op's buffer (:mod:`optimizer_service.plan.op_plan` "Buffer model": the whole buffer ``D`` of
-  gathers and reduce-scatters), and for AllToAll ``ceil(bytes / 4 / N)`` per
-  destination block. The op's dtype size is kept on the node: a plan's motif
-  ranges count the buffer's own elements, so only ops of 4-byte dtypes
-  (float32, int32) get a plan; the others are priced by their bytes and pass
-  through (:mod:`optimizer_service.syndicate.plan_export`). So do kinds the
+  Elements are the op's own (issue 32, "every dtype"): ``bytes / s`` of the
+  op's buffer for its dtype's element size ``s``
+  (:mod:`optimizer_service.plan.op_plan` "Buffer model": the whole buffer
+  ``D`` of gathers and reduce-scatters), and for AllToAll ``bytes / s / N``
+  per destination block; the node keeps the dtype and its motifs count
+  ``s``-byte elements, so the search prices every piece with its real bytes
+  and the plan's ranges are ranges of the buffer the enforcer sees. Kinds the
   backend never hands to a plan (``reduce``, the list forms ``all_gather``,
-  ``reduce_scatter`` and ``all_to_all``): the node's ``passthrough`` says why
+  ``reduce_scatter`` and ``all_to_all``), a dtype no plan names, and a buffer
+  that is not whole elements (all-to-all: ``N`` equal blocks of them) are
+  priced by their bytes (in ``s``-byte or, for an unknown dtype, 4-byte
+  units, rounded up) and pass through: the node's ``passthrough`` says why
   (:func:`optimizer_service.plan.trace.passthrough_reason`).
 * **Other ops** (barrier, send/recv, gather, scatter, coalesced ops, ...)
   cannot be decomposed: each is a compute node ``kind#k`` whose time is its
@@ -88,9 +91,9 @@ from dataclasses import replace
 
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan.collective import Collective
-from optimizer_service.plan.trace import COMM_KINDS, DTYPE_BYTES, TRACE_FORMAT, passthrough_reason
+from optimizer_service.plan.dtypes import DTYPE_BYTES, element_bytes
+from optimizer_service.plan.trace import COMM_KINDS, TRACE_FORMAT, passthrough_reason
 from optimizer_service.syndicate.dag import Node, TrainingDAG, comm, compute
-from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 
 #: How much later than an op's issue an earlier op's recorded completion may be
 #: and still count as before it (the module doc's "Ties").
@@ -206,11 +209,16 @@ def _op_node(k: int, name: str, copies: list[tuple[int, Mapping]], iteration: in
         if not 0 <= root < len(group):
             raise InvalidInputError(f"{where}: root {root} is not a group position 0..{len(group) - 1}")
         group = group[root:] + group[:root]
-    per = ELEMENT_BYTES * (len(group) if motif_kind is Collective.ALL_TO_ALL else 1)
-    node = comm(name, motif_kind, group, -(-nbytes // per), f"compute#{k}")
     dtype = str(op.get("dtype", "float32"))
-    return replace(node, element_bytes=DTYPE_BYTES.get(dtype, ELEMENT_BYTES), passthrough=passthrough_reason(kind, dtype),
-                   root=root)
+    reason = passthrough_reason(kind, dtype)
+    known = dtype if dtype in DTYPE_BYTES else ""
+    blocks = len(group) if motif_kind is Collective.ALL_TO_ALL else 1
+    per = element_bytes(known) * blocks
+    if nbytes % per and not reason:
+        reason = (f"{nbytes} bytes are not {blocks} equal block(s) of whole {dtype} elements "
+                  f"({element_bytes(known)} bytes each)")
+    node = comm(name, motif_kind, group, -(-nbytes // per), f"compute#{k}", dtype=known)
+    return replace(node, passthrough=reason, root=root)
 
 
 def iteration_ops(traces: Sequence[Mapping], iteration: int | None) -> tuple[int, list[tuple[int, list]]]:

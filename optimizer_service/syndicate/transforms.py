@@ -1,7 +1,9 @@
 """Syndicate's transformation algebra on motifs (Syndicate §4.2, App. A.1).
 
 Each operator returns a composition that computes what its input computes
-(the motif values are in :mod:`optimizer_service.plan.motif`):
+(the motif values are in :mod:`optimizer_service.plan.motif`); every motif it
+builds keeps its input's element size and channel (they are built with
+:func:`dataclasses.replace`), so an op planned in bfloat16 stays in bfloat16:
 
 * :func:`segment` (``=s=``) — the payload cut into pieces of at most ``d``
   elements, one motif each, in parallel (App. A.1 "Segmented All-Reduce",
@@ -114,21 +116,21 @@ def _expect(motif: Motif, kind: Collective, what: str) -> None:
 
 def moved_elements(plan: Composition) -> int:
     """Point-to-point elements a plan sends under each motif's canonical pattern."""
-    total = 0
-    for m in motifs_of(plan):
-        p = len(m.ranks)
-        if m.kind in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):
-            total += (p - 1) * m.elements                  # ring: every part travels p-1 hops
-        elif m.kind is Collective.ALL_REDUCE:
-            (lo, hi), = m.ranges
-            total += 2 * (p - 1) * (hi - lo)               # = ReduceScatter + AllGather
-        elif m.kind in (Collective.REDUCE, Collective.BROADCAST):
-            total += (p - 1) * m.elements                  # star into / out of the root
-        else:
-            total += p * (m.window[1] - m.window[0]) * m.elements
-    return total
+    return sum(_moved(m) for m in motifs_of(plan))
 
 
+def moved_bytes(plan: Composition) -> int:
+    """Point-to-point bytes a plan sends: each motif's elements in its own element size."""
+    return sum(_moved(m) * m.element_bytes for m in motifs_of(plan))
 
-def moved_bytes(plan: Composition, element_bytes: int = 4) -> int:
-    return moved_elements(plan) * element_bytes
+
+def _moved(m: Motif) -> int:
+    p = len(m.ranks)
+    if m.kind in (Collective.REDUCE_SCATTER, Collective.ALL_GATHER):
+        return (p - 1) * m.elements                  # ring: every part travels p-1 hops
+    if m.kind is Collective.ALL_REDUCE:
+        (lo, hi), = m.ranges
+        return 2 * (p - 1) * (hi - lo)               # = ReduceScatter + AllGather
+    if m.kind in (Collective.REDUCE, Collective.BROADCAST):
+        return (p - 1) * m.elements                  # star into / out of the root
+    return p * (m.window[1] - m.window[0]) * m.elements

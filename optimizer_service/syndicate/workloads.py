@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.dtypes import DEFAULT_ELEMENT_BYTES
 from optimizer_service.syndicate.dag import Node, TrainingDAG, comm, compute
-from optimizer_service.syndicate.motif_cost import ELEMENT_BYTES
 
 FLOPS = 60e12
 HBM = 450e9
@@ -85,7 +85,7 @@ def dlrm(name: str, model: DLRM, ranks: int) -> TrainingDAG:
     buckets = model.buckets
     index_block = max(1, model.batch * model.tables * model.pooling * 2 // ranks)   # int64 indices
     embedding_block = max(1, model.batch * model.tables * model.dim // ranks)
-    lookup = model.batch * model.tables * model.pooling * model.dim * ELEMENT_BYTES / HBM
+    lookup = model.batch * model.tables * model.pooling * model.dim * DEFAULT_ELEMENT_BYTES / HBM
     fwd_top = model.batch * model.mlp_flops * model.top_share / FLOPS
     fwd_bottom = model.batch * model.mlp_flops * (1 - model.top_share) / FLOPS / buckets
     bucket_params = model.bottom_params // buckets

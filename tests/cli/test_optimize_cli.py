@@ -65,6 +65,29 @@ def test_a_recorded_trace_is_optimized(tmp_path):
     assert len(data["plan"]["ops"]) == 2
 
 
+def test_a_traced_job_in_bf16_and_int64_gets_a_plan_of_its_ops(tmp_path):
+    """FSDP-style bf16 gathers and reduce-scatters and an int64 all-to-all of indices (issue 32)."""
+    group = list(range(4))
+    iteration = lambda t: [dict(op("all_gather_into_tensor", 2 * 4 * 50_000, t + 0.001, t + 0.003, group),
+                                dtype="bfloat16"),
+                           dict(op("all_to_all_single", 8 * 4 * 1024, t + 0.004, t + 0.005, group), dtype="int64"),
+                           dict(op("reduce_scatter_tensor", 2 * 4 * 50_000, t + 0.006, t + 0.009, group),
+                                dtype="bfloat16")]
+    paths = []
+    for rank in group:
+        paths += ["--trace", str(tmp_path / f"trace.rank{rank}.json")]
+        (tmp_path / f"trace.rank{rank}.json").write_text(json.dumps(
+            trace(iteration(0.0), iteration(0.01), iteration(0.02), rank=rank, world_size=4)))
+    result = p2("optimize", *paths, "--budget", "1", "--plan", str(tmp_path / "plan.json"))
+    assert result.returncode == 0, result.stderr
+    plan = Plan.parse((tmp_path / "plan.json").read_text())
+    assert [(o.key.kind, o.key.dtype, o.key.nbytes) for o in plan.ops] == [
+        ("all_gather", "bfloat16", 400_000), ("all_to_all", "int64", 32_768), ("reduce_scatter", "bfloat16", 400_000)]
+    plan.ops[0].validate(50_000)
+    plan.ops[1].validate(4 * 1024)
+    plan.ops[2].validate(50_000)
+
+
 @pytest.mark.parametrize("args, message", [
     ([], "give one of --workload NAME or --trace FILE"),
     (["--workload", "bert"], "unknown workload 'bert'"),

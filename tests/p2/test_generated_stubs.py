@@ -34,7 +34,7 @@ def _changed_copy(tmp_path: Path) -> Path:
     text = source.read_text()
     anchor = "optional double predicted_iteration_seconds = 6;"
     assert anchor in text
-    source.write_text(text.replace(anchor, f"{anchor}\n  string note = 7;"))
+    source.write_text(text.replace(anchor, f"{anchor}\n  string note = 999;"))
     return proto
 
 

@@ -65,7 +65,7 @@ KINDS = list(Collective)
 def comm_ops(draw):
     kind = draw(st.sampled_from(KINDS))
     ranks = draw(st.permutations(range(draw(st.integers(1, 9)))))
-    return comm_op(kind, ranks, draw(st.integers(0, 10 ** 9)))
+    return comm_op(kind, ranks, draw(st.integers(0, 10 ** 9)), draw(st.sampled_from([1, 2, 4, 8])))
 
 
 def transform(draw, plan):

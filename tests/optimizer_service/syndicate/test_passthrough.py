@@ -15,7 +15,6 @@ WORLD = (0, 1, 2, 3)
 REDUCE = "reduce is not one the enforcer plans (all_reduce, broadcast, all_gather_into_tensor, reduce_scatter_tensor, " \
          "all_to_all_single)"
 BARRIER = "not a collective the search decomposes (timed as compute)"
-INT64 = "int64 has 8-byte elements; plans carry 4-byte elements"
 
 
 def frozen() -> float:
@@ -44,23 +43,29 @@ def test_the_reason_of_each_op_kind_and_dtype():
         "all_gather is not one the enforcer plans (all_reduce, broadcast, all_gather_into_tensor, "
         "reduce_scatter_tensor, all_to_all_single)")
     assert passthrough_reason("barrier", "") == BARRIER
-    assert passthrough_reason("all_to_all_single", "bfloat16") == "bfloat16 has 2-byte elements; plans carry 4-byte " \
-                                                                  "elements"
+    for dtype in ("bfloat16", "float16", "float64", "int64", "int8", "uint8", "bool"):
+        assert passthrough_reason("all_to_all_single", dtype) == passthrough_reason("all_reduce", dtype) == ""
+    assert passthrough_reason("all_reduce", "int16") == (
+        "the inner backend has no int16 collective, so the enforcer runs it as traced")
+    assert passthrough_reason("all_reduce", "complex64") == (
+        "dtype 'complex64' is not one a plan carries (float64, float32, float16, bfloat16, int64, int32, int16, int8, "
+        "uint8, bool)")
 
 
 def test_a_searched_plan_names_every_group_and_leaves_the_rest_with_its_reason():
     traces = hybrid_traces()
     job = plan_job(traces, TOPOLOGY, budget=1, seed=0, clock=frozen)
     # One key per parallel subgroup; a key's seq counts the group's collectives (the reduce is seq 0).
-    assert sorted((op.key.group, op.key.seq, op.key.kind) for op in job.plan.ops) == [
-        ((0, 1), 1, "all_reduce"), ((0, 1, 2, 3), 1, "all_reduce"), ((0, 2), 0, "all_reduce"),
-        ((1, 3), 0, "all_reduce"), ((2, 3), 1, "all_reduce")]
+    # The int64 sample count is planned in its own 8-byte elements, like the float32 ops in theirs.
+    assert sorted((op.key.group, op.key.seq, op.key.kind, op.key.dtype) for op in job.plan.ops) == [
+        ((0, 1), 1, "all_reduce", "float32"), ((0, 1, 2, 3), 0, "all_reduce", "int64"),
+        ((0, 1, 2, 3), 1, "all_reduce", "float32"), ((0, 2), 0, "all_reduce", "float32"),
+        ((1, 3), 0, "all_reduce", "float32"), ((2, 3), 1, "all_reduce", "float32")]
     passed = passed_through(traces, job.plan)
     assert [(p.seq, p.kind, p.group, p.reason) for p in passed] == [
-        (0, "reduce", (0, 1), REDUCE), (0, "reduce", (2, 3), REDUCE), (3, "barrier", WORLD, BARRIER),
-        (4, "all_reduce", WORLD, INT64)]
-    assert passed[3].to_dict() == {"seq": 4, "kind": "all_reduce", "dtype": "int64", "bytes": 8, "group": [0, 1, 2, 3],
-                                   "reason": INT64}
+        (0, "reduce", (0, 1), REDUCE), (0, "reduce", (2, 3), REDUCE), (3, "barrier", WORLD, BARRIER)]
+    assert passed[0].to_dict() == {"seq": 0, "kind": "reduce", "dtype": "float32", "bytes": 4096, "group": [0, 1],
+                                   "reason": REDUCE}
     assert str(passed[2]) == f"barrier#3 on [0,1,2,3] (0 B): {BARRIER}"
     assert str(passed[0]) == f"reduce#0 on [0,1] (4,096 B float32): {REDUCE}"
     assert running_choice(job.problem, job.plan) is not None    # the reduces have no key, and no option to read
@@ -69,7 +74,7 @@ def test_a_searched_plan_names_every_group_and_leaves_the_rest_with_its_reason()
 def test_ops_a_plan_has_no_entry_for_pass_through_too():
     passed = passed_through(hybrid_traces(), Plan(1, 4, {0: None}, ()))
     assert [(p.seq, p.group) for p in passed if p.reason == NOT_IN_PLAN] == [
-        (1, (0, 1)), (1, (2, 3)), (2, (0, 2)), (2, (1, 3)), (5, WORLD)]
+        (1, (0, 1)), (1, (2, 3)), (2, (0, 2)), (2, (1, 3)), (4, WORLD), (5, WORLD)]
     assert len(passed) == 9
 
 
