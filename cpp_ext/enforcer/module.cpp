@@ -41,16 +41,17 @@ std::vector<p2::OpSpec> op_specs(const py::list& ops) {
     spec.seq = op[0].cast<int64_t>();
     spec.kind = op[1].cast<std::string>();
     spec.nbytes = op[2].cast<int64_t>();
-    spec.root = op[3].cast<int64_t>();
-    spec.group = op[4].cast<std::vector<int64_t>>();
-    for (const auto& motif_item : op[5].cast<py::list>()) {
+    spec.dtype = op[3].cast<std::string>();
+    spec.root = op[4].cast<int64_t>();
+    spec.group = op[5].cast<std::vector<int64_t>>();
+    for (const auto& motif_item : op[6].cast<py::list>()) {
       auto motif = motif_item.cast<py::tuple>();
       spec.motifs.push_back(p2::MotifSpec{motif_kind(motif[0].cast<std::string>()), motif[1].cast<int64_t>(),
                                           motif[2].cast<std::vector<int64_t>>(),
                                           motif[3].cast<std::vector<std::pair<int64_t, int64_t>>>(),
                                           motif[4].cast<std::pair<int64_t, int64_t>>()});
     }
-    spec.dependencies = op[6].cast<std::vector<std::vector<int>>>();
+    spec.dependencies = op[7].cast<std::vector<std::vector<int>>>();
     specs.push_back(std::move(spec));
   }
   return specs;
@@ -142,9 +143,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            }),
            py::arg("ops"), py::arg("orders"), py::arg("me"), py::arg("comms"), py::arg("trace"), py::arg("validate"),
            py::arg("ucc_channels") = std::vector<int64_t>(),
-           "ops: per planned op (seq, plan kind, bytes, root, global ranks, motifs, dependencies), each motif "
-           "(kind, channel, ranks, ranges, window); comms: {(channel, members): bare backend}; validate(op, elements) "
-           "-> bool; ucc_channels: channels whose backends are UCC (their motifs run through the backends' "
+           "ops: per planned op (seq, plan kind, bytes, dtype or \"\", root, global ranks, motifs, dependencies), "
+           "each motif (kind, channel, ranks, ranges, window); comms: {(channel, members): bare backend}; "
+           "validate(op, elements) -> bool; ucc_channels: channels whose backends are UCC (their motifs run through the backends' "
            "v_collectives(), one collective each)")
       .def("start", &p2::PlanRuntime::start)
       .def("step", &p2::PlanRuntime::step, py::call_guard<py::gil_scoped_release>())

@@ -2,7 +2,8 @@
 // of enforcer/runtime/buffers.py (read its docstring: in place for all_reduce and
 // broadcast, the flat output for all_gather_into_tensor, a copy of the input
 // for reduce_scatter_tensor, (N, D) blocks for even all_to_all_single; SUM,
-// and AVG on floating point as the sum divided by the group size at the end).
+// and AVG on floating point as the sum divided by the group size at the end;
+// every dtype a plan names but int16; bool as its bytes).
 #pragma once
 
 #include <memory>

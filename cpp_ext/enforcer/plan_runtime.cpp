@@ -154,7 +154,7 @@ c10::intrusive_ptr<c10d::Work> PlanRuntime::submit(OpKind kind, const OpEntry& e
   const char* plan_kind = plan_kind_of(kind);
   if (plan_kind != nullptr && args != nullptr) {
     auto found = index_.find({seq, plan_kind});
-    if (found != index_.end()) {
+    if (found != index_.end() && dtype_fits(found->second, entry.dtype)) {
       const OpSpec& op = ops_[static_cast<size_t>(found->second)];
       auto io = OpBuffer::adopt(plan_kind, *args, op.root, static_cast<int64_t>(op.group.size()), me_);
       if (io && fits(found->second, io->elements, io->nbytes)) {
@@ -174,6 +174,26 @@ c10::intrusive_ptr<c10d::Work> PlanRuntime::submit(OpKind kind, const OpEntry& e
   changed_.notify_all();
   if (!submitted) return nullptr;
   return c10::make_intrusive<PlannedWork>(weak_from_this(), submitted);
+}
+
+// PlanRuntime._dtype_fits: the op key names no dtype, or this one; why not is logged once per op and dtype.
+bool PlanRuntime::dtype_fits(int op_index, const std::string& dtype) {
+  const OpSpec& op = ops_[static_cast<size_t>(op_index)];
+  if (op.dtype.empty() || op.dtype == dtype) return true;
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    first = warned_dtype_.insert({op_index, dtype}).second;
+  }
+  if (first) {
+    std::string group;
+    for (size_t k = 0; k < op.group.size(); ++k) group += (k ? "," : "") + std::to_string(op.group[k]);
+    std::string source = op.kind == "broadcast" ? " from position " + std::to_string(op.root) : "";
+    std::fprintf(stderr, "p2enforcer: plan op %lld (%s of %s%s on group [%s]) is for %s elements but the op's are %s; "
+                 "passing the op through\n", static_cast<long long>(op.seq), op.kind.c_str(), op.dtype.c_str(),
+                 source.c_str(), group.c_str(), op.dtype.c_str(), dtype.c_str());
+  }
+  return false;
 }
 
 bool PlanRuntime::fits(int op_index, int64_t elements, int64_t nbytes) {

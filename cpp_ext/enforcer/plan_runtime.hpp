@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -45,6 +46,7 @@ struct OpSpec {
   int64_t seq;
   std::string kind;                                    // plan kind: all_reduce, broadcast, all_gather, ...
   int64_t nbytes;
+  std::string dtype;                                   // the op key's dtype name; empty: ops of any dtype
   int64_t root;
   std::vector<int64_t> group;                          // global ranks
   std::vector<MotifSpec> motifs;
@@ -84,6 +86,7 @@ class PlanRuntime : public std::enable_shared_from_this<PlanRuntime> {
     int motif;
   };
 
+  bool dtype_fits(int op_index, const std::string& dtype);
   bool fits(int op_index, int64_t elements, int64_t nbytes);
   void dispatch_loop();
   bool walk(const std::shared_ptr<Iteration>& iteration);
@@ -111,6 +114,7 @@ class PlanRuntime : public std::enable_shared_from_this<PlanRuntime> {
   std::atomic<bool> stop_{false};
   size_t exited_ = 0;                                 // threads that returned
   std::vector<bool> warned_missing_;
+  std::set<std::pair<int, std::string>> warned_dtype_;   // (op, dtype) whose mismatch was logged
 
   std::mutex queue_mutex_;                            // the channels' queues
   std::condition_variable queued_;

@@ -24,10 +24,21 @@ std::vector<int64_t> positions_in_team_order(const std::vector<int64_t>& members
   return positions;
 }
 
+// ucc_motifs._reducible: UCC 1.3.0 reduces no float16 on CPU, so a float16 reduction runs on a float32 copy.
+at::Tensor reducible(const at::Tensor& data) {
+  return data.scalar_type() == at::kHalf ? data.to(at::kFloat) : data;
+}
+
+// ucc_motifs._round_back: the float32 copy's result back into `data`, rounded once.
+void round_back(const at::Tensor& data, const at::Tensor& reduced) {
+  if (!reduced.is_same(data)) data.copy_(reduced);
+}
+
 void ucc_all_reduce(const at::Tensor& data, c10d::Backend& backend) {
   if (!data.numel()) return;
-  std::vector<at::Tensor> tensors{data};
+  std::vector<at::Tensor> tensors{reducible(data)};
   backend.allreduce(tensors)->wait();
+  round_back(data, tensors[0]);
 }
 
 // `order`: sorted(members), the backend's ranks, everywhere below.
@@ -37,8 +48,9 @@ void ucc_reduce(const at::Tensor& data, const std::vector<int64_t>& members, con
   c10d::ReduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::SUM;
   opts.rootRank = index_of(order, members.at(0));
-  std::vector<at::Tensor> tensors{data};
+  std::vector<at::Tensor> tensors{reducible(data)};
   backend.reduce(tensors, opts)->wait();
+  round_back(data, tensors[0]);
 }
 
 void ucc_broadcast(const at::Tensor& data, const std::vector<int64_t>& members, const std::vector<int64_t>& order,
@@ -67,9 +79,9 @@ void ucc_reduce_scatter(const at::Tensor& buffer, const Ranges& ranges, const st
     adjacent = adjacent && ranges[static_cast<size_t>(positions[t])].second ==
                                ranges[static_cast<size_t>(positions[t + 1])].first;
   int64_t start = ranges[static_cast<size_t>(positions[0])].first;
-  at::Tensor source = adjacent ? buffer.narrow(0, start, static_cast<int64_t>(total)) : at::cat(parts);
+  at::Tensor source = reducible(adjacent ? buffer.narrow(0, start, static_cast<int64_t>(total)) : at::cat(parts));
   size_t mine = static_cast<size_t>(index_of(order, me));
-  at::Tensor result = at::empty({static_cast<int64_t>(counts[mine])}, buffer.options());
+  at::Tensor result = at::empty({static_cast<int64_t>(counts[mine])}, source.options());
   backend.reduce_scatterv(source, result, counts, c10d::ReduceOp::SUM)->wait();
   parts[mine].copy_(result);
 }

@@ -4,6 +4,7 @@
 // c10d::Backend, the rest through its p2::VCollectives — issued the same way as
 // the Python twin issues it, so C++ and Python ranks can run one motif together.
 //
+// A float16 reduction runs on a float32 copy, rounded back once (UCC 1.3.0 reduces no float16 on CPU).
 // Blocking, on the calling (channel worker) thread, never touching Python.
 // `members` are the motif's global ranks in the motif's order; the backend was
 // made for the same members sorted, so its ranks are positions in sorted(members).

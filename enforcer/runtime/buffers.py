@@ -14,9 +14,27 @@ writes the result back after the op's last motif:
 * ``all_to_all`` (``all_to_all_single``, even splits) reads the input's and
   writes the output's ``(N, D)`` blocks.
 
-``SUM`` reductions are planned, and ``AVG`` on floating point as the sum
-divided by the group size at the end (what FSDP2 asks for); any other
-reduction passes through. :data:`BUFFERS` picks the adapter by plan kind.
+**Which ops a plan may take** (the same rule in the C++ twin, ``cpp_ext/enforcer/op_buffer.cpp``;
+issue 32, "every dtype"): a plan computes what plain gloo computes, so it takes only what gloo does.
+
+* Dtypes: those of :data:`PLANNED_DTYPES` — every dtype a plan names
+  (:data:`~optimizer_service.plan.dtypes.DTYPE_BYTES`) but ``int16``, for which gloo (and NCCL) have
+  no collective at all: a plan would turn the inner backend's refusal into a result, so such an op
+  passes through and the program sees the inner backend's own error. The op's tensors must all
+  have the one dtype (gloo refuses mixed ones; a plan would convert silently).
+* Reductions: ``SUM`` on every planned dtype, and ``AVG`` on floating point as the sum divided by
+  the group size at the end (gloo averages floating point only; what FSDP2 asks for). ``MIN``,
+  ``MAX``, ``PRODUCT`` and ``PREMUL_SUM`` pass through, as does ``AVG`` on integers and bool
+  (gloo refuses it; the program sees its error).
+* ``bool`` travels and sums as its bytes (a ``uint8`` view of the same storage): gloo's all_reduce
+  adds bool tensors bytewise (two ``True`` make the byte 2, still ``True`` to torch), where
+  ``torch.add`` on bool would make it 1 — the bytes must be gloo's. Its reduce_scatter_tensor gives
+  proper bools (bytes 0 and 1), so there the summed bytes are written back as bools.
+
+Floating-point sums of a plan add the same operands in another order than gloo (a ring, a tree,
+segments on several channels), so they equal gloo's within the rounding of that other order
+(the bound: ``tests/enforcer/test_dtypes.py``); integer and bool sums and every op without a
+reduction equal gloo's bit for bit. :data:`BUFFERS` picks the adapter by plan kind.
 """
 
 from __future__ import annotations
@@ -27,11 +45,30 @@ import torch
 import torch.distributed as dist
 
 from optimizer_service.plan import OpKey
+from optimizer_service.plan import dtypes
+
+#: The dtypes a plan takes (:data:`optimizer_service.plan.dtypes.PLANNED_DTYPES`), as torch dtypes.
+PLANNED_DTYPES = frozenset(getattr(torch, name) for name in dtypes.PLANNED_DTYPES)
+
+
+def _planned(*tensors: torch.Tensor) -> bool:
+    """The tensors share one dtype, and a plan takes it."""
+    return tensors[0].dtype in PLANNED_DTYPES and all(t.dtype == tensors[0].dtype for t in tensors)
 
 
 def _average(op: dist.ReduceOp, tensor: torch.Tensor) -> bool:
     """AVG on floating point: planned as the sum, divided by the group size at the end."""
     return op == dist.ReduceOp.AVG and tensor.is_floating_point()
+
+
+def _summed(op: dist.ReduceOp, tensor: torch.Tensor) -> bool:
+    """A reduction a plan runs: SUM, or AVG on floating point."""
+    return op == dist.ReduceOp.SUM or _average(op, tensor)
+
+
+def _as_bytes(tensor: torch.Tensor) -> torch.Tensor:
+    """A bool tensor as its bytes (gloo sums bool bytewise); any other as it is."""
+    return tensor.view(torch.uint8) if tensor.dtype == torch.bool else tensor
 
 
 class OpBuffer:
@@ -72,12 +109,13 @@ class InPlaceBuffer(OpBuffer):
 
     def __init__(self, tensor: torch.Tensor, size: int, rank: int, average: bool = False) -> None:
         super().__init__(tensor, tensor.numel(), tensor.numel() * tensor.element_size(), size, rank)
-        self.tensor = tensor
+        self.tensor = _as_bytes(tensor)
         self.average = average
 
     @staticmethod
     def _single(tensors: list[torch.Tensor]) -> torch.Tensor | None:
-        if len(tensors) != 1 or not tensors[0].is_contiguous() or tensors[0].device.type != "cpu":
+        if len(tensors) != 1 or not tensors[0].is_contiguous() or tensors[0].device.type != "cpu" \
+                or not _planned(tensors[0]):
             return None
         return tensors[0]
 
@@ -98,10 +136,9 @@ class AllReduceBuffer(InPlaceBuffer):
         tensor = cls._single(tensors)
         if tensor is None:
             return None
-        average = _average(opts.reduceOp, tensor)
-        if opts.reduceOp != dist.ReduceOp.SUM and not average:
+        if not _summed(opts.reduceOp, tensor):
             return None
-        return cls(tensor, size, rank, average)
+        return cls(tensor, size, rank, _average(opts.reduceOp, tensor))
 
 
 class BroadcastBuffer(InPlaceBuffer):
@@ -123,13 +160,14 @@ class AllGatherBuffer(OpBuffer):
 
     def __init__(self, output: torch.Tensor, input: torch.Tensor, size: int, rank: int) -> None:
         super().__init__(output, input.numel(), output.numel() * output.element_size(), size, rank)
-        self.output_tensor = output
-        self.input = input
+        self.output_tensor = _as_bytes(output)
+        self.input = _as_bytes(input)
 
     @classmethod
     def adopt(cls, args: tuple, key: OpKey, size: int, rank: int) -> AllGatherBuffer | None:
         output, input, _opts = args
-        if not (output.is_contiguous() and input.is_contiguous()) or output.numel() != size * input.numel():
+        if not (output.is_contiguous() and input.is_contiguous()) or output.numel() != size * input.numel() \
+                or not _planned(output, input):
             return None
         return cls(output, input, size, rank)
 
@@ -147,18 +185,17 @@ class ReduceScatterBuffer(OpBuffer):
 
     def __init__(self, output: torch.Tensor, input: torch.Tensor, size: int, rank: int, average: bool) -> None:
         super().__init__(output, output.numel(), input.numel() * input.element_size(), size, rank)
-        self.output_tensor = output
-        self.input = input
+        self.output_tensor = output         # bool stays bool: the summed bytes are written back as bools
+        self.input = _as_bytes(input)
         self.average = average
 
     @classmethod
     def adopt(cls, args: tuple, key: OpKey, size: int, rank: int) -> ReduceScatterBuffer | None:
         output, input, opts = args
-        average = _average(opts.reduceOp, input)
-        if (opts.reduceOp != dist.ReduceOp.SUM and not average) or input.numel() != size * output.numel() \
-                or not output.is_contiguous():
+        if not _summed(opts.reduceOp, input) or input.numel() != size * output.numel() \
+                or not output.is_contiguous() or not _planned(output, input):
             return None
-        return cls(output, input, size, rank, average)
+        return cls(output, input, size, rank, _average(opts.reduceOp, input))
 
     def begin(self) -> None:
         self.buffer = self.input.reshape(-1).clone()
@@ -177,13 +214,14 @@ class AllToAllBuffer(OpBuffer):
 
     def __init__(self, output: torch.Tensor, input: torch.Tensor, size: int, rank: int) -> None:
         super().__init__(output, input.numel(), input.numel() * input.element_size(), size, rank)
-        self.output_tensor = output
-        self.input = input
+        self.output_tensor = _as_bytes(output)
+        self.input = _as_bytes(input)
 
     @classmethod
     def adopt(cls, args: tuple, key: OpKey, size: int, rank: int) -> AllToAllBuffer | None:
         output, input, _opts = args
-        if input.numel() % size or output.numel() != input.numel() or not output.is_contiguous():
+        if input.numel() % size or output.numel() != input.numel() or not output.is_contiguous() \
+                or not _planned(output, input):
             return None
         return cls(output, input, size, rank)
 

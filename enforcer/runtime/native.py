@@ -40,7 +40,7 @@ class NativePlanRuntime:
         self.ops: list[OpPlan] = group_ops(plan, group.ranks)
         self.channels = channels.build(group, plan, self.ops, store_prefix, group.store if store is None else store)
         self.from_service = False               # built for a plan the service prepared (enforcer.runtime.plan_groups)
-        ops = [(op.key.seq, op.key.kind, op.key.nbytes, op.key.root, list(op.key.group),
+        ops = [(op.key.seq, op.key.kind, op.key.nbytes, op.key.dtype, op.key.root, list(op.key.group),
                 [(motif.kind.value, motif.channel, list(motif.ranks), [tuple(r) for r in motif.ranges],
                   tuple(motif.window)) for motif in op.motifs],
                 [list(before) for before in op.dependencies()]) for op in self.ops]

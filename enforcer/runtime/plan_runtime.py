@@ -10,9 +10,13 @@ group stays as it was. :meth:`PlanRuntime.start` then starts its threads (none
 run before).
 
 Then each op the plan names (its key: sequence number in the iteration within
-the group, kind, buffer bytes, group) is *submitted* instead of being passed
-through; ops the plan does not name still pass through. Submission only
-records the op and returns a Work that completes with the op's last motif.
+the group, kind, buffer bytes, group, and its dtype where the key names one) is
+*submitted* instead of being passed through; ops the plan does not name still
+pass through. An op whose dtype is not the one its key names passes through
+too (logged once per op and dtype): motif ranges count elements, so a plan made
+for 2-byte bfloat16 elements is not one for float16 ones of the same bytes.
+Submission only records the op and returns a Work that completes with the op's
+last motif.
 
 **Dispatcher** (one thread per group; Pseudocode 2). It walks the iteration's
 motifs in the plan's order numbers across the group's ops, waits for each
@@ -157,6 +161,7 @@ class PlanRuntime:
         self._stepped = False
         self._stop = False
         self._warned_missing: set[int] = set()
+        self._warned_dtype: set[tuple[int, str]] = set()
         self._queues: dict[int, deque[tuple[_Submitted, int]]] = {c: deque() for c in self.channels}
         self._queue_cond = threading.Condition()
         self._threads: list[threading.Thread] = []
@@ -188,6 +193,8 @@ class PlanRuntime:
                 self._seq = 0
         plan_kind = PLAN_KIND.get(kind)
         op_index = None if plan_kind is None or not args else self.index.get((seq, plan_kind))
+        if op_index is not None and not self._dtype_fits(op_index, record.dtype):
+            op_index = None
         submitted = None if op_index is None else self._prepare(op_index, self.ops[op_index], record, args)
         with self._cond:
             if submitted is not None:
@@ -204,6 +211,19 @@ class PlanRuntime:
             return None
         io.begin()
         return _Submitted(op_index, op, io, record)
+
+    def _dtype_fits(self, op_index: int, dtype: str) -> bool:
+        """The op key names no dtype, or ``dtype``; why not is logged once per op and dtype."""
+        key = self.ops[op_index].key
+        if not key.dtype or key.dtype == dtype:
+            return True
+        with self._cond:
+            first = (op_index, dtype) not in self._warned_dtype
+            self._warned_dtype.add((op_index, dtype))
+        if first:
+            log.warning("p2enforcer: plan %s is for %s elements but the op's are %s; passing the op through",
+                        key, key.dtype, dtype)
+        return False
 
     def _fits(self, op_index: int, op: OpPlan, elements: int, nbytes: int) -> bool:
         key = (op_index, elements)

@@ -19,6 +19,12 @@ up to the order UCC adds them in):
   member ``i−o``'s into its block ``i−o`` for each offset ``o`` of the window
   (offset 0 is a local copy), as :func:`enforcer.comm.sendrecv.all_to_all`.
 
+UCC 1.3.0 reduces no float16 on CPU: a float16 ALL_REDUCE, REDUCE or REDUCE_SCATTER reduces a
+float32 copy of its operands and rounds the result back to float16 once (:func:`_reducible`),
+which stays within the rounding bound a plan's floating sums are held to (another summation
+order; ``tests/enforcer/test_dtypes.py``). Bool buffers arrive as their bytes (uint8,
+:mod:`enforcer.runtime.buffers`), which UCC sums.
+
 The C++ plan runtime runs the same forms without Python
 (``cpp_ext/enforcer/ucc_motifs.*``, through the backend's ``p2::VCollectives``);
 tests/ucc/test_ucc_native_motifs.py holds the two equal bit for bit.
@@ -74,18 +80,33 @@ def run_collective(motif: Motif, buffer: torch.Tensor, output: torch.Tensor | No
         if not data.numel():
             return
         if motif.kind is Collective.ALL_REDUCE:
-            backend.allreduce([data]).wait()
+            reduced = _reducible(data)
+            backend.allreduce([reduced]).wait()
+            _round_back(data, reduced)
         elif motif.kind is Collective.REDUCE:
             opts = dist.ReduceOptions()
             opts.reduceOp = dist.ReduceOp.SUM
             opts.rootRank = team_rank[members[0]]
-            backend.reduce([data], opts).wait()
+            reduced = _reducible(data)
+            backend.reduce([reduced], opts).wait()
+            _round_back(data, reduced)
         elif motif.kind is Collective.BROADCAST:
             opts = dist.BroadcastOptions()
             opts.rootRank = team_rank[members[0]]
             backend.broadcast([data], opts).wait()
         else:
             raise ValueError(f"no UCC form for motif kind {motif.kind}")
+
+
+def _reducible(data: torch.Tensor) -> torch.Tensor:
+    """``data`` in a dtype UCC reduces: a float32 copy of float16 (UCC 1.3.0 reduces no float16 on CPU)."""
+    return data.float() if data.dtype == torch.float16 else data
+
+
+def _round_back(data: torch.Tensor, reduced: torch.Tensor) -> None:
+    """Write a reduction done on a float32 copy (:func:`_reducible`) back into ``data``."""
+    if reduced is not data:
+        data.copy_(reduced)
 
 
 def _reduce_scatter(buffer: torch.Tensor, ranges: Sequence[tuple[int, int]], positions: list[int], mine: int,
@@ -97,8 +118,8 @@ def _reduce_scatter(buffer: torch.Tensor, ranges: Sequence[tuple[int, int]], pos
         return
     starts = [ranges[p][0] for p in positions]
     adjacent = all(ranges[positions[t]][1] == starts[t + 1] for t in range(len(parts) - 1))
-    source = buffer[starts[0]:starts[0] + sum(counts)] if adjacent else torch.cat(parts)
-    result = torch.empty(counts[mine], dtype=buffer.dtype)
+    source = _reducible(buffer[starts[0]:starts[0] + sum(counts)] if adjacent else torch.cat(parts))
+    result = torch.empty(counts[mine], dtype=source.dtype)
     backend.reduce_scatterv(source, result, counts, dist.ReduceOp.SUM).wait()
     parts[mine].copy_(result)
 

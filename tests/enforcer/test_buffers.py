@@ -13,6 +13,7 @@ import torch.distributed as dist
 from enforcer.runtime.buffers import BUFFERS, AllGatherBuffer, AllReduceBuffer, ReduceScatterBuffer
 from enforcer.runtime.plan_runtime import PlanRuntime
 from optimizer_service.plan import Collective, OpKey, OpPlan, Plan
+from optimizer_service.plan.dtypes import DTYPE_BYTES
 from optimizer_service.plan.motif import comm_op
 
 
@@ -101,8 +102,10 @@ class Tracer:
         self.motifs.append((order, channel))
 
 
-def one_rank_runtime() -> PlanRuntime:
-    op = OpPlan.of(OpKey(0, "all_reduce", 16, (0,)), comm_op(Collective.ALL_REDUCE, (0,), 4))
+def one_rank_runtime(dtype: str = "", elements: int = 4) -> PlanRuntime:
+    size = DTYPE_BYTES.get(dtype, 4)
+    op = OpPlan.of(OpKey(0, "all_reduce", elements * size, (0,), 0, dtype),
+                   comm_op(Collective.ALL_REDUCE, (0,), elements, size))
     plan = Plan(version=1, world_size=1, channels={0: None}, ops=(op,))
     group = SimpleNamespace(ranks=(0,), rank=lambda: 0, size=lambda: 1, installs=0, inner_names={"cpu": "gloo"},
                             store=None, timeout=timedelta(seconds=5), tracer=Tracer())
@@ -116,7 +119,7 @@ def test_the_runtime_starts_threads_only_when_started_and_stops_them_on_close():
     runtime.start()
     assert threading.active_count() == before + 2      # one channel worker and the dispatcher
     tensor = torch.ones(4)
-    record = SimpleNamespace(enforced=False)
+    record = SimpleNamespace(enforced=False, dtype="float32")
     work = runtime.submit("all_reduce", record, [tensor], options(dist.AllreduceOptions))
     assert work is not None and record.enforced
     work.wait()
@@ -132,3 +135,22 @@ def test_a_runtime_never_started_closes(abort):
     runtime.close(abort=abort)
     assert runtime.submit("broadcast", SimpleNamespace(enforced=False), [torch.ones(4)], dist.BroadcastOptions()) \
         is None
+
+
+def test_an_op_of_another_dtype_than_its_key_passes_through_logged_once(caplog):
+    runtime = one_rank_runtime("bfloat16", elements=8)          # 16 bytes, as 8 float16 elements are
+    runtime.start()
+    for _ in range(2):
+        record = SimpleNamespace(enforced=False, dtype="float16")
+        tensor = torch.ones(8, dtype=torch.float16)
+        assert runtime.submit("all_reduce", record, [tensor], options(dist.AllreduceOptions)) is None
+        assert not record.enforced
+        runtime.step()
+    assert [r.getMessage() for r in caplog.records if "passing the op through" in r.getMessage()] == [
+        "p2enforcer: plan op 0 (all_reduce of bfloat16 on group [0]) is for bfloat16 elements but the op's are "
+        "float16; passing the op through"]
+    record = SimpleNamespace(enforced=False, dtype="bfloat16")
+    work = runtime.submit("all_reduce", record, [torch.ones(8, dtype=torch.bfloat16)], options(dist.AllreduceOptions))
+    assert work is not None and record.enforced
+    work.wait()
+    runtime.close()

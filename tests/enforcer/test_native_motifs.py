@@ -132,8 +132,10 @@ def options(cls, reduce_op=None, root=None):
 
 def values(numel: int, dtype=torch.float32) -> torch.Tensor:
     gen = torch.Generator().manual_seed(numel)
-    if dtype == torch.int64:
-        return torch.randint(-50, 50, (numel,), generator=gen)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (numel,), generator=gen).bool()
+    if not dtype.is_floating_point and not dtype.is_complex:
+        return torch.randint(-50, 50, (numel,), generator=gen).to(dtype)
     return torch.randn(numel, generator=gen, dtype=dtype)
 
 
@@ -178,6 +180,38 @@ BUFFER_CASES = {
     "all_to_all uneven passes": ("all_to_all", lambda: ([], torch.zeros(5), values(5), SUM, 0), 0, 2, 0),
     "all_to_all wrong output passes": ("all_to_all", lambda: ([], torch.zeros(4), values(6), SUM, 0), 0, 2, 0),
     "all_to_all strided output passes": ("all_to_all", lambda: ([], strided(4), values(4), SUM, 0), 0, 2, 0),
+    # Dtypes (buffers.py: every dtype a plan names but int16; bool as its bytes; one dtype per call).
+    "all_reduce sum bool": ("all_reduce", lambda: ([values(7, torch.bool)], None, None, SUM, 0), 0, 3, 1),
+    "all_reduce sum bfloat16": ("all_reduce", lambda: ([values(7, torch.bfloat16)], None, None, SUM, 0), 0, 3, 1),
+    "all_reduce avg float16": ("all_reduce", lambda: ([values(8, torch.float16)], None, None, AVG, 0), 0, 4, 3),
+    "all_reduce sum uint8": ("all_reduce", lambda: ([values(5, torch.uint8)], None, None, SUM, 0), 0, 2, 0),
+    "all_reduce avg bool passes": ("all_reduce", lambda: ([values(4, torch.bool)], None, None, AVG, 0), 0, 2, 0),
+    "all_reduce avg int8 passes": ("all_reduce", lambda: ([values(4, torch.int8)], None, None, AVG, 0), 0, 2, 0),
+    "all_reduce sum int16 passes": ("all_reduce", lambda: ([values(4, torch.int16)], None, None, SUM, 0), 0, 2, 0),
+    "all_reduce sum complex64 passes": ("all_reduce", lambda: ([values(4, torch.complex64)], None, None, SUM, 0),
+                                        0, 2, 0),
+    "broadcast bool": ("broadcast", lambda: ([values(6, torch.bool)], None, None, SUM, 0), 0, 3, 2),
+    "broadcast int16 passes": ("broadcast", lambda: ([values(6, torch.int16)], None, None, SUM, 0), 0, 3, 2),
+    "all_gather bool": ("all_gather", lambda: ([], torch.zeros(6, dtype=torch.bool), values(3, torch.bool), SUM, 0),
+                        0, 2, 1),
+    "all_gather int16 passes": ("all_gather", lambda: ([], torch.zeros(6, dtype=torch.int16),
+                                                       values(3, torch.int16), SUM, 0), 0, 2, 1),
+    "all_gather two dtypes passes": ("all_gather", lambda: ([], torch.zeros(6, dtype=torch.float64), values(3), SUM, 0),
+                                     0, 2, 1),
+    "reduce_scatter sum bool": ("reduce_scatter", lambda: ([], torch.zeros(3, dtype=torch.bool),
+                                                           values(9, torch.bool), SUM, 0), 0, 3, 1),
+    "reduce_scatter sum int8": ("reduce_scatter", lambda: ([], torch.zeros(2, dtype=torch.int8),
+                                                           values(4, torch.int8), SUM, 0), 0, 2, 1),
+    "reduce_scatter avg bfloat16": ("reduce_scatter", lambda: ([], torch.zeros(2, dtype=torch.bfloat16),
+                                                               values(4, torch.bfloat16), AVG, 0), 0, 2, 1),
+    "reduce_scatter avg uint8 passes": ("reduce_scatter", lambda: ([], torch.zeros(2, dtype=torch.uint8),
+                                                                   values(4, torch.uint8), AVG, 0), 0, 2, 0),
+    "reduce_scatter two dtypes passes": ("reduce_scatter", lambda: ([], torch.zeros(2, dtype=torch.float64),
+                                                                    values(4), SUM, 0), 0, 2, 0),
+    "all_to_all bool": ("all_to_all", lambda: ([], torch.zeros(6, dtype=torch.bool), values(6, torch.bool), SUM, 0),
+                        0, 3, 1),
+    "all_to_all int16 passes": ("all_to_all", lambda: ([], torch.zeros(4, dtype=torch.int16),
+                                                       values(4, torch.int16), SUM, 0), 0, 2, 0),
 }
 
 
@@ -218,6 +252,8 @@ def test_op_buffers_equal_enforcer_buffers(name):
     got.begin()
     want.begin()
     assert bits(got.buffer) == bits(want.buffer) and bits(got.output) == bits(want.output)
+    dtype = call_tensors(py_call)[0].dtype      # bool travels as its bytes (gloo sums bool bytewise)
+    assert want.buffer.dtype == (torch.uint8 if dtype == torch.bool else dtype)
     # Where the buffer is (a view of) a call tensor in Python, it is the same one in C++.
     for got_t, want_t in ((got.buffer, want.buffer), (got.output, want.output)):
         if want_t is None:

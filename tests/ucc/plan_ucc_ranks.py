@@ -80,13 +80,13 @@ def run_ops(group) -> list[torch.Tensor]:
     return [a, a2a, ag, rs, bc, small]
 
 
-def _channel_backends() -> dict[int, list[str]]:
+def channel_backends() -> dict[int, list[str]]:
     runtime = enforcer.group_of().runtime
     return {c: sorted({peers.backend.name() for peers in runtime.channels[c].peers.values()})
             for c in runtime.channels}
 
 
-def _ucc_collectives() -> int:
+def ucc_collectives() -> int:
     runtime = enforcer.group_of().runtime
     return sum(peers.backend.collectives for c in runtime.channels
                for peers in runtime.channels[c].peers.values() if peers.backend.name() == "ucc")
@@ -96,14 +96,14 @@ def under_plan(first_channel: int, iterations: int = 3) -> dict:
     """The six int64 ops under the alternating plan and on plain gloo; what differs, and what ran where."""
     plain = dist.new_group(backend="gloo")
     enforcer.install_plan(build_plan(dist.get_world_size(), first_channel))
-    backends = _channel_backends()
+    backends = channel_backends()
     mismatches = []
     for iteration in range(iterations):
         got, want = run_ops(None), run_ops(plain)
         mismatches += [f"iteration {iteration} op {i}" for i, (g, w) in enumerate(zip(got, want))
                        if not torch.equal(g, w)]
         enforcer.step()
-    collectives = _ucc_collectives()
+    collectives = ucc_collectives()
     enforcer.remove_plan()
     enforced = sum(1 for op in enforcer.trace()["ops"] if op["enforced"])
     return {"mismatches": mismatches, "backends": backends, "ucc_collectives": collectives, "enforced": enforced}
@@ -117,11 +117,11 @@ def program_under_plan(program_text: str, elements: int) -> dict:
                      lambda m: replace(m, channel=1))
     op = OpPlan.of(OpKey(0, "all_reduce", elements * ITEM, tuple(range(world))), motifs)
     enforcer.install_plan(Plan(version=1, world_size=world, channels={0: None, 1: None}, ops=(op,)).to_json())
-    backends = _channel_backends()
+    backends = channel_backends()
     plain = dist.new_group(backend="gloo")
     got, want = values(rank, elements, 9, torch.int64), values(rank, elements, 9, torch.int64)
     dist.all_reduce(got)
     dist.all_reduce(want, group=plain)
-    collectives = _ucc_collectives()
+    collectives = ucc_collectives()
     return {"equal": torch.equal(got, want), "backends": backends, "ucc_collectives": collectives,
             "enforced": any(op["enforced"] for op in enforcer.trace()["ops"])}
