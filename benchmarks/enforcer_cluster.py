@@ -17,10 +17,14 @@ barrier; the median is reported):
   bare executor and, as a plan (:mod:`optimizer_service.syndicate.program_motifs`), through the
   enforcer, interleaved.
 
+The cluster's fabric is ``--fabric`` (lossless, the default, or lossy); the
+JSON and the summary give it and the NICs' queue drops per iteration (every
+iteration of every case, warm-up included).
+
 Writes ``enforcer_cluster.json`` and ``.png`` under ``--out`` and prints a
 summary. Needs CAP_NET_ADMIN (root).
 
-    .venv/bin/python benchmarks/enforcer_cluster.py [--mib 4] [--iterations 5]
+    .venv/bin/python benchmarks/enforcer_cluster.py [--mib 4] [--iterations 5] [--fabric lossy]
 """
 
 from __future__ import annotations
@@ -38,7 +42,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.p2_command import emulated_cluster, p2  # noqa: E402
+from benchmarks.p2_command import (  # noqa: E402
+    FABRIC_HELP,
+    drop_record,
+    emulated_cluster,
+    fabric_problem,
+    nic_drop_total,
+    p2,
+)
+from deploy.emulated import DEFAULT_FABRIC  # noqa: E402
 
 NAME = "enforcer-bench"
 
@@ -188,7 +200,8 @@ def plot(summary: dict, path: Path) -> None:
            color=["C0", "C0", "C0", "C1", "C1", "C2", "C3"][:len(cases)])
     ax.set_xticks(range(len(cases)), cases, rotation=20, ha="right")
     ax.set_ylabel("iteration, median ms (slowest rank)")
-    ax.set_title(f"p2enforcer plans on the emulated 2×4 cluster, {summary['bytes_per_op'] / 2**20:.0f} MiB per op")
+    ax.set_title(f"p2enforcer plans on the emulated 2×4 cluster ({summary['fabric']} fabric, "
+                 f"{summary['nic_drops']['per_iteration']:.1f} drops/it), {summary['bytes_per_op'] / 2**20:.0f} MiB per op")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -199,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--program-mib", type=float, default=16.0, help="MiB of the P² program's all_reduce")
     parser.add_argument("--nic", default="200Mbit/s")
+    parser.add_argument("--fabric", default=DEFAULT_FABRIC, help=FABRIC_HELP)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--rank-side", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -208,16 +222,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.mib <= 0 or args.iterations < 1:
         print("enforcer_cluster: --mib must be > 0 and --iterations >= 1", file=sys.stderr)
         return 2
+    if problem := fabric_problem("enforcer_cluster", args.fabric):
+        print(problem, file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "times.json"
-        with emulated_cluster(NAME, args.nic):
+        with emulated_cluster(NAME, args.nic, args.fabric):
+            before = nic_drop_total(NAME)
             p2("cluster", "run", "--name", NAME, "--timeout", "1500", "--", sys.executable, __file__,
                "--rank-side", str(raw), "--mib", str(args.mib), "--iterations", str(args.iterations),
                "--program-mib", str(args.program_mib))
+            drops = nic_drop_total(NAME) - before
         measured = json.loads(raw.read_text())
     medians = {case: statistics.median(times) for case, times in measured["times"].items()}
+    # Every case ran a warm-up iteration and the timed ones.
+    iterations = len(measured["times"]) * (args.iterations + 1)
     summary = {
-        "benchmark": "enforcer_cluster", "cluster": "2x4", "nic": args.nic, "iterations": args.iterations,
+        "benchmark": "enforcer_cluster", "cluster": "2x4", "nic": args.nic, "fabric": args.fabric,
+        "nic_drops": drop_record(drops, iterations), "iterations": args.iterations,
         "bytes_per_op": measured["bytes_per_op"], "median_seconds": medians, "times": measured["times"],
         "splining_speedup": {n: medians["a2a"] / medians[f"a2a splined n={n}"] for n in (4, 2)},
         "program_enforcer_over_executor": medians["program, through the enforcer"]
@@ -232,7 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "enforcer_cluster.json").write_text(json.dumps(summary, indent=1) + "\n")
     plot(summary, args.out / "enforcer_cluster.png")
-    print(f"\n{summary['bytes_per_op'] / 2**20:.1f} MiB per op, NIC {args.nic}, median of {args.iterations}")
+    print(f"\n{summary['bytes_per_op'] / 2**20:.1f} MiB per op, NIC {args.nic}, {args.fabric} fabric, "
+          f"median of {args.iterations}; NIC queue drops {drops} ({summary['nic_drops']['per_iteration']:.2f} per "
+          f"iteration)")
     for case, seconds in medians.items():
         print(f"  {case:>20}: {seconds * 1e3:8.1f} ms")
     print(f"  all-to-all splining speedup: n=4 {summary['splining_speedup'][4]:.2f}x, "

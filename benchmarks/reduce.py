@@ -5,10 +5,13 @@ For each cluster shape (default: 2 nodes x 4 ranks and 4 nodes x 2 ranks, NIC
 200 Mbit/s) it creates the cluster, runs ``p2 calibrate``, then
 ``p2 bench reduce`` for every (axes, reduce, bytes) configuration, and removes
 the cluster. Accuracy is pooled over every measured candidate of every
-configuration. Writes ``reduce.json`` and ``reduce.png`` under ``--out`` and
-prints a summary. Needs CAP_NET_ADMIN (root).
+configuration. The clusters' fabric is ``--fabric`` (lossless, the default, or
+lossy); the JSON and the summary give it and each configuration's NIC queue
+drops per measured run (``p2 bench reduce``'s ``nic_drops``). Writes
+``reduce.json`` and ``reduce.png`` under ``--out`` and prints a summary. Needs
+CAP_NET_ADMIN (root).
 
-    .venv/bin/python benchmarks/reduce.py [--out benchmarks/results] [--top 0] [--repeat 3]
+    .venv/bin/python benchmarks/reduce.py [--out benchmarks/results] [--top 0] [--repeat 3] [--fabric lossy]
 """
 
 from __future__ import annotations
@@ -23,10 +26,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from optimizer_service.cli.bench import measured_candidates
-from optimizer_service.hardware.accuracy import evaluate
-
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.p2_command import FABRIC_HELP, fabric_problem  # noqa: E402
+from deploy.emulated import DEFAULT_FABRIC  # noqa: E402
+from optimizer_service.cli.bench import measured_candidates  # noqa: E402
+from optimizer_service.hardware.accuracy import evaluate  # noqa: E402
+
 MiB = 2**20
 
 # (nodes, ranks per node) -> [(axes, reduce, bytes per rank, programs per placement or None for --top)].
@@ -55,7 +63,8 @@ def run_cluster(shape: tuple[int, int], configs, args, state: Path, env: dict[st
     name = f"bench{nodes}x{per_node}"
     work = Path(tempfile.mkdtemp(prefix=f"p2-{name}-"))
     p2("cluster", "down", "--name", name, env=env)
-    p2("cluster", "up", "--name", name, "--nodes", str(nodes), "--per-node", str(per_node), "--nic", args.nic, env=env)
+    p2("cluster", "up", "--name", name, "--nodes", str(nodes), "--per-node", str(per_node), "--nic", args.nic,
+       "--fabric", args.fabric, env=env)
     try:
         probe = ["--probe-bytes", args.probe_bytes] if args.probe_bytes else []
         p2("calibrate", "--cluster", name, "--repeat", str(args.repeat), "--json", str(work / "calibrate.json"),
@@ -71,7 +80,7 @@ def run_cluster(shape: tuple[int, int], configs, args, state: Path, env: dict[st
         calibration = json.loads((work / "calibrate.json").read_text())
     finally:
         p2("cluster", "down", "--name", name, env=env)
-    return {"nodes": nodes, "per_node": per_node, "nic": args.nic,
+    return {"nodes": nodes, "per_node": per_node, "nic": args.nic, "fabric": args.fabric,
             "calibration": {"links": calibration["links"]}, "benches": benches}
 
 
@@ -95,11 +104,15 @@ def summarize(clusters: list[dict]) -> dict:
                          "mean_best_speedup_crossing": s["mean_best_speedup_crossing"],
                          "flat_spread": s["flat_spread"], "best_spread": s["best_spread"],
                          "candidates": bench["accuracy"]["candidates"],
+                         "nic_drops_per_run": bench["nic_drops"]["per_run"],
                          "mape": bench["accuracy"]["mape"], "top1": bench["accuracy"]["top1"],
                          "top5": bench["accuracy"]["top5"]})
     crossing = [max(p["speedup"] for p in e["programs"]) for c in clusters for b in c["benches"]
                 for e in b["placements"] if e["crosses"] and e["programs"]]
+    drops = [bench["nic_drops"] for cluster in clusters for bench in cluster["benches"]]
+    dropped, runs = sum(d["total"] for d in drops), sum(d["runs"] for d in drops)
     return {"rows": rows, "best_speedup_crossing": max(crossing, default=None),
+            "nic_drops": {"total": dropped, "runs": runs, "per_run": dropped / runs if runs else 0.0},
             "mean_best_speedup_crossing": sum(crossing) / len(crossing) if crossing else None,
             "crossing_placements": len(crossing), "accuracy": pooled_accuracy(clusters).to_dict()}
 
@@ -158,7 +171,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--shapes", default="2x4,4x2", help="cluster shapes to run, e.g. 2x4")
     parser.add_argument("--probe-bytes", default=None, help="large calibration probe size (default: p2's)")
+    parser.add_argument("--fabric", default=DEFAULT_FABRIC, help=FABRIC_HELP)
     args = parser.parse_args(argv)
+    if problem := fabric_problem("reduce", args.fabric):
+        print(problem, file=sys.stderr)
+        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -170,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
             shape = tuple(int(x) for x in shape_text.split("x"))
             clusters.append(run_cluster(shape, CONFIGURATIONS[shape], args, Path(state), env))
     data = {"machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
-            "settings": {"nic": args.nic, "top": args.top, "repeat": args.repeat},
+            "settings": {"nic": args.nic, "fabric": args.fabric, "top": args.top, "repeat": args.repeat},
             "seconds": time.time() - started, "clusters": clusters, "summary": summarize(clusters)}
     (out / "reduce.json").write_text(json.dumps(data, indent=1) + "\n")
     plot(clusters, out / "reduce.png")
@@ -180,19 +197,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def print_summary(data: dict) -> None:
     summary = data["summary"]
-    print(f"\nmeasured reductions ({data['settings']['nic']} NIC, median of {data['settings']['repeat']}, "
-          f"{data['seconds']:.0f} s in all)")
+    print(f"\nmeasured reductions ({data['settings']['nic']} NIC, {data['settings']['fabric']} fabric, median of "
+          f"{data['settings']['repeat']}, {data['seconds']:.0f} s in all)")
     print(f"{'cluster':<8} {'axes':<8} {'reduce':<7} {'MiB':>4} {'best speedup':>13} {'flat spread':>12} "
-          f"{'cands':>6} {'MAPE':>6} {'top1':>5} {'top5':>5}")
+          f"{'cands':>6} {'MAPE':>6} {'top1':>5} {'top5':>5} {'drops/run':>9}")
     for r in summary["rows"]:
         best = f"{r['best_speedup_crossing']:.2f}x" if r["best_speedup_crossing"] is not None else "-"
         spread = f"{r['flat_spread']:.1f}x" if r["flat_spread"] is not None else "-"
         print(f"{r['cluster']:<8} {str(r['axes']):<8} {str(r['reduce']):<7} {r['bytes'] // MiB:>4} {best:>13} "
-              f"{spread:>12} {r['candidates']:>6} {r['mape']:>6.1%} {r['top1']:>5.0%} {r['top5']:>5.0%}")
+              f"{spread:>12} {r['candidates']:>6} {r['mape']:>6.1%} {r['top1']:>5.0%} {r['top5']:>5.0%} "
+              f"{r['nic_drops_per_run']:>9.2f}")
     if summary["crossing_placements"]:
         print(f"best program vs flat AllReduce over the {summary['crossing_placements']} placements whose reduction "
               f"crosses nodes: {summary['mean_best_speedup_crossing']:.2f}x on average, "
               f"{summary['best_speedup_crossing']:.2f}x at most")
+    drops = summary["nic_drops"]
+    print(f"NIC queue drops: {drops['total']} in {drops['runs']} measured runs ({drops['per_run']:.2f} per run)")
     acc = summary["accuracy"]
     print(f"pooled over {acc['candidates']} candidates / {acc['placements']} placements: MAPE {acc['mape']:.1%}, "
           f"Spearman {acc['spearman']:.3f}, top-1 {acc['top1']:.0%}, top-5 {acc['top5']:.0%} "

@@ -19,10 +19,15 @@ Three parts, one JSON + PNG under ``--out`` and a printed summary:
   4 × 2 cluster, every stage-boundary activation and gradient resharded by the
   enforcer, 1F1B against eager-1F1B.
 
+The measured parts' clusters are built on ``--fabric`` (lossless, the default,
+or lossy); the JSON and the summary give it and the NICs' queue drops per run
+(per program run in Table 2, warm-up included; per training step in the real
+pipeline).
+
 Needs CAP_NET_ADMIN (root) for the measured parts; ``--simulate-only`` runs
 the simulated part alone.
 
-    .venv/bin/python benchmarks/resharding.py [--shape-divisor 4] [--repeat 3] [--cases case1,case3]
+    .venv/bin/python benchmarks/resharding.py [--shape-divisor 4] [--repeat 3] [--cases case1,case3] [--fabric lossy]
 """
 
 from __future__ import annotations
@@ -39,14 +44,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.p2_command import p2  # noqa: E402
-from deploy.emulated import can_manage_namespaces, load_cluster  # noqa: E402
+from benchmarks.p2_command import FABRIC_HELP, drop_record, fabric_problem, nic_drop_total, p2  # noqa: E402
+from deploy.emulated import DEFAULT_FABRIC, can_manage_namespaces, load_cluster  # noqa: E402
 from optimizer_service.catalog import load_topology  # noqa: E402
 from optimizer_service.cli.measure_job import run_measurement  # noqa: E402
 from optimizer_service.hardware.topology import Topology  # noqa: E402
 from optimizer_service.plan.resharding import Strategy  # noqa: E402
 from optimizer_service.resharding.cases import TABLE2_CASES, ReshardCase, scaled_shape  # noqa: E402
 from optimizer_service.resharding.planner import ReshardPlan, plan_request  # noqa: E402
+from optimizer_service.settings import Settings  # noqa: E402
 
 CLUSTER = "reshard-bench"
 #: (label, strategy, load-balance algorithm), weakest first: the paper's
@@ -81,13 +87,17 @@ def plan_cases(cases: list[ReshardCase], topology: Topology, shape: tuple[int, .
     return plans
 
 
-def measure_cases(plans: dict[str, dict[str, ReshardPlan]], warmup: int, repeat: int) -> dict[str, list[float]]:
-    info = load_cluster(CLUSTER)
+def measure_cases(plans: dict[str, dict[str, ReshardPlan]], warmup: int,
+                  repeat: int) -> tuple[dict[str, list[float]], dict]:
+    """Every run's seconds, and the NICs' queue drops per program run (warm-up included)."""
+    info = load_cluster(CLUSTER, Settings().cluster_dir)
     runs = [{"id": f"{case}/{label}", "program": str(plan.program)}
             for case, systems in plans.items() for label, plan in systems.items()]
     spec = {"warmup": warmup, "repeat": repeat, "backend": "p2enforcer", "runs": runs}
+    before = nic_drop_total(CLUSTER)
     measured = run_measurement(info, "enforcer.measure.reshard", spec, timeout=3000)
-    return {run_id: list(m.seconds) for run_id, m in measured.items()}
+    drops = drop_record(nic_drop_total(CLUSTER) - before, len(runs) * (max(1, warmup) + repeat))
+    return {run_id: list(m.seconds) for run_id, m in measured.items()}, drops
 
 
 def case_rows(cases: list[ReshardCase], plans: dict[str, dict[str, ReshardPlan]],
@@ -149,20 +159,22 @@ def run_table2(args: argparse.Namespace) -> dict:
     nodes = max(c.hosts for c in cases)
     per_node = max(c.devices_per_host for c in cases)
     shape = scaled_shape(args.shape_divisor)
-    p2("cluster", "up", "--name", CLUSTER, "--nodes", str(nodes), "--per-node", str(per_node), "--nic", args.nic)
+    p2("cluster", "up", "--name", CLUSTER, "--nodes", str(nodes), "--per-node", str(per_node), "--nic", args.nic,
+       "--fabric", args.fabric)
     try:
-        info = load_cluster(CLUSTER)
+        info = load_cluster(CLUSTER, Settings().cluster_dir)
         topology = load_topology(str(info.topology_path))
         began = time.perf_counter()
         plans = plan_cases(cases, topology, shape, args.element_bytes, args.budget)
         planning = time.perf_counter() - began
         print(f"resharding: planned {len(cases)} cases x {len(SYSTEMS)} systems in {planning:.1f} s; measuring "
               f"on {nodes} x {per_node} ranks", flush=True)
-        seconds = measure_cases(plans, args.warmup, args.repeat)
+        seconds, drops = measure_cases(plans, args.warmup, args.repeat)
     finally:
         p2("cluster", "down", "--name", CLUSTER)
     rows = case_rows(cases, plans, seconds)
-    return {"cluster": {"nodes": nodes, "per_node": per_node, "nic": args.nic, "topology": topology.to_yaml()},
+    return {"cluster": {"nodes": nodes, "per_node": per_node, "nic": args.nic, "fabric": args.fabric,
+                        "topology": topology.to_yaml()}, "nic_drops": drops,
             "shape": list(shape), "element_bytes": args.element_bytes,
             "tensor_bytes": args.element_bytes * math.prod(shape),
             "planning_seconds": planning, "cases": rows, "findings": table2_findings(rows)}
@@ -255,15 +267,18 @@ def run_pipeline_real(args: argparse.Namespace) -> dict:
     configs = {}
     for stages, per_node in PIPELINE_REAL_CONFIGS:
         name = f"pipe-bench-{stages}"
-        p2("cluster", "up", "--name", name, "--nodes", str(stages), "--per-node", str(per_node), "--nic", args.nic)
+        p2("cluster", "up", "--name", name, "--nodes", str(stages), "--per-node", str(per_node), "--nic", args.nic,
+           "--fabric", args.fabric)
         try:
             with tempfile.TemporaryDirectory() as folder:
                 out = Path(folder) / "pipeline.json"
                 Path(folder).chmod(0o777)
+                before = nic_drop_total(name)
                 p2("cluster", "run", "--name", name, "--timeout", "1200", "--", sys.executable,
                    str(ROOT / "examples" / "train_pipeline.py"), "--schedule", "1f1b,eager-1f1b",
                    "--stages", str(stages), "--per-node", str(per_node), "--steps", str(args.pipeline_steps),
                    "--json", str(out))
+                drops = nic_drop_total(name) - before
                 data = json.loads(out.read_text())
         finally:
             p2("cluster", "down", "--name", name)
@@ -276,17 +291,18 @@ def run_pipeline_real(args: argparse.Namespace) -> dict:
         configs[f"{stages} stages"] = {
             "stages": stages, "per_node": per_node, "microbatches": data["runs"][0]["microbatches"],
             "activation_bytes": data["runs"][0]["activation_bytes"], "schedules": schedules,
+            "nic_drops": drop_record(drops, sum(len(run["step_seconds"]) for run in data["runs"])),
             "speedup_eager_over_1f1b": schedules["1f1b"]["median_step_seconds"]
             / schedules["eager-1f1b"]["median_step_seconds"],
             "speedup_eager_over_1f1b_lower_quartile": schedules["1f1b"]["lower_quartile_step_seconds"]
             / schedules["eager-1f1b"]["lower_quartile_step_seconds"],
         }
-    return {"configs": configs}
+    return {"fabric": args.fabric, "configs": configs}
 
 
 def print_pipeline_real(real: dict) -> None:
-    print("\npipeline on the emulated cluster (examples/train_pipeline.py, 1F1B and eager-1F1B interleaved; "
-          "median step)")
+    print(f"\npipeline on the emulated cluster ({real['fabric']} fabric; examples/train_pipeline.py, 1F1B and "
+          "eager-1F1B interleaved; median step)")
     for name, config in real["configs"].items():
         cells = ", ".join(f"{schedule} {row['median_step_seconds'] * 1e3:.1f} ms "
                           f"(lower quartile {row['lower_quartile_step_seconds'] * 1e3:.1f}"
@@ -295,7 +311,8 @@ def print_pipeline_real(real: dict) -> None:
         floor = next(iter(config["schedules"].values()))["nic_floor_seconds"]
         print(f"  {name}: {cells}; eager-1F1B speed-up {config['speedup_eager_over_1f1b']:.2f}x median, "
               f"{config['speedup_eager_over_1f1b_lower_quartile']:.2f}x lower quartile"
-              + (f"; NIC floor {floor * 1e3:.1f} ms" if floor else ""))
+              + (f"; NIC floor {floor * 1e3:.1f} ms" if floor else "")
+              + f"; NIC queue drops {config['nic_drops']['per_iteration']:.2f} per step")
 
 
 # ------------------------------------------------------------------ output
@@ -349,8 +366,9 @@ def plot(result: dict, path: Path) -> None:
 def print_table2(table2: dict) -> None:
     shape = "x".join(map(str, table2["shape"]))
     print(f"\nTable 2 cases: {shape} x {table2['element_bytes']} B ({table2['tensor_bytes'] / 2**20:.0f} MiB), "
-          f"{table2['cluster']['nodes']} x {table2['cluster']['per_node']} cluster, NIC {table2['cluster']['nic']}; "
-          "measured median ms (ratio to the NIC lower bound)")
+          f"{table2['cluster']['nodes']} x {table2['cluster']['per_node']} cluster, NIC {table2['cluster']['nic']}, "
+          f"{table2['cluster']['fabric']} fabric ({table2['nic_drops']['per_iteration']:.2f} NIC queue drops per "
+          "program run); measured median ms (ratio to the NIC lower bound)")
     labels = [label for label, *_ in SYSTEMS]
     print(f"{'case':6} {'tasks':>5} {'bound':>8}  " + "  ".join(f"{label:>24}" for label in labels))
     for row in table2["cases"]:
@@ -384,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--budget", type=float, default=2.0, help="seconds of DFS per plan")
     parser.add_argument("--nic", default="200Mbit/s")
+    parser.add_argument("--fabric", default=DEFAULT_FABRIC, help=FABRIC_HELP)
     parser.add_argument("--microbatches", type=int, default=16, help="micro-batches of the simulated pipeline")
     parser.add_argument("--pipeline-steps", type=int, default=21, help="steps of each real pipeline run")
     parser.add_argument("--simulate-only", action="store_true", help="only the simulated pipeline part")
@@ -393,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.shape_divisor < 1 or args.repeat < 1:
         print("resharding: --shape-divisor and --repeat must be >= 1", file=sys.stderr)
+        return 2
+    if problem := fabric_problem("resharding", args.fabric):
+        print(problem, file=sys.stderr)
         return 2
     unknown = [c for c in args.cases if c not in {case.name for case in TABLE2_CASES}]
     if unknown:

@@ -19,10 +19,15 @@ and runs every rank with ``backend="p2enforcer"``. Two parts:
   all_reduce passed through to gloo, for scale. Each in its own cluster run
   (the channel backends are a per-process setting).
 
+The cluster's fabric is ``--fabric`` (lossless, the default, or lossy); the
+JSON and the summary give it and, per part, the NICs' queue drops per op
+(every op the part ran, warm-up included).
+
 Writes ``ucc_cluster.json`` and ``.png`` under ``--out`` and prints a
 summary. Needs CAP_NET_ADMIN (root) and the built UCC extension.
 
     .venv/bin/python benchmarks/ucc_cluster.py [--sizes 65536 1048576 16777216 67108864] [--iterations 5]
+        [--fabric lossy]
 """
 
 from __future__ import annotations
@@ -41,7 +46,15 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.p2_command import emulated_cluster, p2  # noqa: E402
+from benchmarks.p2_command import (  # noqa: E402
+    FABRIC_HELP,
+    drop_record,
+    emulated_cluster,
+    fabric_problem,
+    nic_drop_total,
+    p2,
+)
+from deploy.emulated import DEFAULT_FABRIC  # noqa: E402
 
 NAME = "ucc-bench"
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -195,8 +208,10 @@ def plot(summary: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def _cluster_run(raw: Path, args, part: str, env: dict[str, str]) -> dict:
+def _cluster_run(raw: Path, args, part: str, env: dict[str, str]) -> tuple[dict, int]:
+    """One part's times, and the packets the NICs' queues dropped while it ran."""
     os.environ.update(env)
+    before = nic_drop_total(NAME)
     try:
         p2("cluster", "run", "--name", NAME, "--timeout", "1500", "--", sys.executable, __file__,
            "--rank-side", str(raw), "--part", part, "--sizes", *map(str, args.sizes),
@@ -204,7 +219,13 @@ def _cluster_run(raw: Path, args, part: str, env: dict[str, str]) -> dict:
     finally:
         for key in env:
             os.environ.pop(key, None)
-    return json.loads(raw.read_text())
+    return json.loads(raw.read_text()), nic_drop_total(NAME) - before
+
+
+def _ops(times: dict) -> int:
+    """Ops a part ran: each sample list is the timed ones of one case, after one warm-up."""
+    return sum(len(samples) + 1 for case in times.values()
+               for samples in (case.values() if isinstance(case, dict) else [case]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=5)
     parser.add_argument("--plan-mib", type=float, default=32.0, help="MiB of the two-channel plan's all_reduce")
     parser.add_argument("--nic", default="1Gbit/s", help="rate of each NIC (tc tbf)")
+    parser.add_argument("--fabric", default=DEFAULT_FABRIC, help=FABRIC_HELP)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--rank-side", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--part", choices=("collectives", "plan"), default="collectives", help=argparse.SUPPRESS)
@@ -223,16 +245,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.iterations < 1 or args.plan_mib <= 0 or any(size < 64 for size in args.sizes):
         print("ucc_cluster: --iterations must be >= 1, --plan-mib > 0 and every size >= 64 bytes", file=sys.stderr)
         return 2
+    if problem := fabric_problem("ucc_cluster", args.fabric):
+        print(problem, file=sys.stderr)
+        return 2
     from enforcer.comm import ucc
     if not ucc.available():
         print(f"ucc_cluster: {ucc.why_unavailable()}", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "times.json"
-        with emulated_cluster(NAME, args.nic):
-            collectives = _cluster_run(raw, args, "collectives", {})
-            both_gloo = _cluster_run(raw, args, "plan", {"P2_CHANNEL_BACKENDS": "gloo,gloo"})
-            with_ucc = _cluster_run(raw, args, "plan", {"P2_CHANNEL_BACKENDS": "gloo,ucc"})
+        with emulated_cluster(NAME, args.nic, args.fabric):
+            collectives, collective_drops = _cluster_run(raw, args, "collectives", {})
+            both_gloo, gloo_drops = _cluster_run(raw, args, "plan", {"P2_CHANNEL_BACKENDS": "gloo,gloo"})
+            with_ucc, ucc_drops = _cluster_run(raw, args, "plan", {"P2_CHANNEL_BACKENDS": "gloo,ucc"})
+    drops = {"collectives": drop_record(collective_drops, _ops(collectives)),
+             "plan, gloo + gloo": drop_record(gloo_drops, _ops(both_gloo)),
+             "plan, gloo + ucc": drop_record(ucc_drops, _ops(with_ucc))}
     rows = []
     for key, samples in collectives.items():
         op, nbytes = key.split("/")
@@ -242,15 +270,16 @@ def main(argv: list[str] | None = None) -> int:
     medians = {"gloo passthrough": statistics.median(both_gloo["passthrough"] + with_ucc["passthrough"]),
                "plan, gloo + gloo": statistics.median(both_gloo["plan"]),
                "plan, gloo + ucc": statistics.median(with_ucc["plan"])}
-    summary = {"benchmark": "ucc_cluster", "cluster": "2x4", "nic": args.nic, "iterations": args.iterations,
-               "collectives": rows,
+    summary = {"benchmark": "ucc_cluster", "cluster": "2x4", "nic": args.nic, "fabric": args.fabric,
+               "nic_drops": drops, "iterations": args.iterations, "collectives": rows,
                "two_channels": {"mib": args.plan_mib, "median_seconds": medians,
                                 "times": {"gloo,gloo": both_gloo, "gloo,ucc": with_ucc},
                                 "gloo_gloo_over_gloo_ucc": medians["plan, gloo + gloo"] / medians["plan, gloo + ucc"]}}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "ucc_cluster.json").write_text(json.dumps(summary, indent=1) + "\n")
     plot(summary, args.out / "ucc_cluster.png")
-    print(f"\nNIC {args.nic}, median of {args.iterations} (slowest rank)")
+    print(f"\nNIC {args.nic}, {args.fabric} fabric, median of {args.iterations} (slowest rank); NIC queue drops "
+          + ", ".join(f"{part} {d['total']} ({d['per_iteration']:.2f} per op)" for part, d in drops.items()))
     print(f"{'op':>15} {'bytes':>10} {'gloo':>10} {'ucc':>10} {'gloo/ucc':>9}")
     for r in rows:
         print(f"{r['op']:>15} {r['bytes']:>10} {r['gloo_seconds'] * 1e3:>8.2f}ms {r['ucc_seconds'] * 1e3:>8.2f}ms "

@@ -1,12 +1,13 @@
 """Bringing a cluster up, taking it down, and finding out what exists.
 
 ``create_cluster`` validates everything before it touches the system, then
-builds (namespaces, wiring, loopback probe, state folder) and rolls back all of
-it if any step fails or is interrupted. ``destroy_cluster`` works from what it
-*finds* — the state folder if there is one, plus every namespace whose name
-parses as this cluster's (:func:`names.parse_namespace`), plus host processes
-still marked with ``P2_CLUSTER=<name>`` — so it also cleans up after a crash and
-is idempotent. ``cluster_statuses`` reports the same findings without acting.
+builds (namespaces, wiring, the fabric's queues and TCP windows, loopback
+probe, state folder) and rolls back all of it if any step fails or is
+interrupted. ``destroy_cluster`` works from what it *finds* — the state
+folder if there is one, plus every namespace whose name parses as this
+cluster's (:func:`names.parse_namespace`), plus host processes still marked
+with ``P2_CLUSTER=<name>`` — so it also cleans up after a crash and is
+idempotent. ``cluster_statuses`` reports the same findings without acting.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Iterator
 
 from deploy.emulated import names, netns, probe
+from deploy.emulated.fabric import DEFAULT_FABRIC, Fabric, check_fabric
 from deploy.emulated.model import cluster_topology
 from deploy.emulated.privileges import require_namespace_privileges
 from deploy.emulated.processes import kill_cluster_processes
@@ -40,9 +42,10 @@ NO_PRIVILEGES_HINT = "use --no-shaping for an unshaped loopback cluster"
 
 
 def check_request(name: str, nodes: int, per_node: int, nic_rate: float, nic2_rate: float | None,
-                  loopback_rate: float | None) -> None:
+                  loopback_rate: float | None, fabric: str = DEFAULT_FABRIC) -> None:
     """Reject a bad ``up`` request with one line, before anything is created."""
     names.check_name(name)
+    check_fabric(fabric)
     if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= names.MAX_NODES:
         raise DeployError(f"--nodes {nodes!r} must be a whole number from 1 to {names.MAX_NODES}")
     if isinstance(per_node, bool) or not isinstance(per_node, int) or per_node < 1:
@@ -93,13 +96,17 @@ def _used_slots(root: Path | None) -> set[int]:
 
 
 def create_cluster(name: str, nodes: int, per_node: int, nic_rate: float, nic2_rate: float | None = None,
-                   loopback_rate: float | None = None, shaped: bool = True, root: Path | None = None) -> ClusterInfo:
+                   loopback_rate: float | None = None, shaped: bool = True, root: Path | None = None,
+                   fabric: str = DEFAULT_FABRIC) -> ClusterInfo:
     """Build the cluster and write its state folder; see the module docstring.
 
-    ``loopback_rate`` None measures it inside node 0. ``shaped`` False makes
-    a loopback-only record (state and topology, no namespaces, no privileges).
-    ``root`` is where state folders live (:mod:`deploy.emulated.state`)."""
-    check_request(name, nodes, per_node, nic_rate, nic2_rate, loopback_rate)
+    ``loopback_rate`` None measures it inside node 0 (after the fabric's TCP
+    windows are set: ranks of a node live with them too). ``shaped`` False makes
+    a loopback-only record (state and topology, no namespaces, no privileges;
+    the fabric is recorded, nothing applies it). ``root`` is where state folders
+    live (:mod:`deploy.emulated.state`). ``fabric``: ``lossless`` or ``lossy``
+    (:mod:`deploy.emulated.fabric`)."""
+    check_request(name, nodes, per_node, nic_rate, nic2_rate, loopback_rate, fabric)
     if shaped:
         require_namespace_privileges("building the cluster's namespaces", NO_PRIVILEGES_HINT)
     home = writable_root(root)
@@ -121,16 +128,20 @@ def create_cluster(name: str, nodes: int, per_node: int, nic_rate: float, nic2_r
         state_dir.mkdir()
         try:
             tbf: tuple[netns.TbfShape, ...] = ()
+            rates = tuple(rate for rate in (nic_rate, nic2_rate) if rate is not None)
+            rule = Fabric.for_cluster(fabric, nodes, per_node, rates) if shaped else Fabric(fabric)
             if shaped:
-                tbf = tuple(netns.tbf_shape(rate) for rate in (nic_rate, nic2_rate) if rate is not None)
-                netns.build(netns.Wiring(cluster=name, nodes=nodes, slot=slot, shapes=tbf), created)
+                tbf = tuple(rule.shape(rate) for rate in rates)
+                netns.build(netns.Wiring(cluster=name, nodes=nodes, slot=slot, shapes=tbf,
+                                         sysctls=tuple(rule.sysctls().items())), created)
             measured = loopback_rate is None
             if measured:
                 loopback_rate = probe.measure_loopback(names.node_namespace(name, 0) if shaped else None)
             info = ClusterInfo(name=name, nodes=nodes, per_node=per_node, nic_rate=nic_rate, nic2_rate=nic2_rate,
                                loopback_rate=loopback_rate, loopback_measured=measured, shaped=shaped,
-                               state_dir=state_dir, created=now_text(), slot=slot, tbf=tbf)
-            write_state(info, cluster_topology(name, nodes, per_node, nic_rate, nic2_rate, loopback_rate, shaped))
+                               state_dir=state_dir, created=now_text(), slot=slot, tbf=tbf, fabric_rule=rule)
+            write_state(info, cluster_topology(name, nodes, per_node, nic_rate, nic2_rate, loopback_rate, shaped,
+                                               fabric))
         except BaseException:
             for namespace in reversed(created):
                 try:
@@ -171,7 +182,9 @@ def destroy_cluster(name: str, root: Path | None = None) -> list[str]:
 def set_channel_rate(info: ClusterInfo, channel: int, rate: float) -> netns.TbfShape:
     """Change the rate of every node's NIC on ``channel`` (both directions) while
     the cluster runs: a NIC slowed by another tenant or a degraded link. The
-    state folder keeps the rate the cluster was built with."""
+    queue is sized for the new rate by the cluster's fabric rule (lossless: it
+    still holds every flow's window, in bytes; the TCP windows stay those of
+    the build). The state folder keeps the rate the cluster was built with."""
     if not info.shaped:
         raise DeployError(f"cluster {info.name!r} is loopback-only: it has no NICs to slow down")
     if channel >= len(info.tbf):
@@ -179,7 +192,7 @@ def set_channel_rate(info: ClusterInfo, channel: int, rate: float) -> netns.TbfS
     if not rate > 0:
         raise DeployError(f"rate {rate!r} must be a positive number of bytes/s")
     require_namespace_privileges("changing a NIC's rate")
-    shape = netns.tbf_shape(rate)
+    shape = info.fabric_rule.shape(rate)
     bridge = []
     for node in range(info.nodes):
         nic = info.nic(node, channel)

@@ -12,8 +12,9 @@ by 14 %). Ranks of different nodes talk through
 the node's shaped veth (link ``nic`` at level ``node``, shared by the node's
 ``K`` ranks). A second NIC is a second channel (``nic2``, channel 1), an
 alternative path for cross-node traffic (the optimizer's ``Topology.links_at``).
-The model is written as a YAML document, the format ``p2 topology`` reads:
-``deploy/`` imports nothing of the optimizer.
+The model is written as a YAML document, the format ``p2 topology`` reads
+(``deploy/`` imports nothing of the optimizer); its description names the
+fabric (:mod:`deploy.emulated.fabric`), which the links' rates do not show.
 
 Latencies are small constants of the right order for veths and loopback on
 one host; ``p2 calibrate`` fits measured ones.
@@ -22,6 +23,8 @@ one host; ``p2 calibrate`` fits measured ones.
 from __future__ import annotations
 
 import yaml
+
+from deploy.emulated.fabric import DEFAULT_FABRIC
 
 LOOPBACK_LATENCY = 20e-6
 NIC_LATENCY = 100e-6
@@ -37,7 +40,7 @@ def _rate_text(bytes_per_second: float) -> str:
 
 
 def cluster_topology(name: str, nodes: int, per_node: int, nic_rate: float, nic2_rate: float | None,
-                     loopback_rate: float, shaped: bool = True) -> str:
+                     loopback_rate: float, shaped: bool = True, fabric: str = DEFAULT_FABRIC) -> str:
     """The cluster's topology as a YAML document (the format of
     ``p2 topology show --yaml``; bandwidths in bytes/s, latencies in seconds)."""
     links = [
@@ -50,7 +53,7 @@ def cluster_topology(name: str, nodes: int, per_node: int, nic_rate: float, nic2
         links.append({"name": "nic2", "levels": ["node"], "bandwidth": float(nic2_rate), "latency": NIC_LATENCY,
                       "shared_by": per_node, "channel": 1})
     nics = _rate_text(nic_rate) + ("" if nic2_rate is None else f" + {_rate_text(nic2_rate)}")
-    how = "tbf-shaped veths" if shaped else "unshaped: every rank on the host's loopback"
+    how = f"tbf-shaped veths, {fabric} fabric" if shaped else "unshaped: every rank on the host's loopback"
     description = (f"emulated cluster {name}: {nodes} node(s) x {per_node} rank(s), NIC {nics} ({how}), "
                    f"loopback {_rate_text(loopback_rate)}")
     document = {"name": name, "description": description,

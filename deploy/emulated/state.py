@@ -1,7 +1,7 @@
 """A cluster's state folder and :class:`ClusterInfo`, the record in it.
 
 ``p2 cluster up`` writes ``<root>/<name>/cluster.json`` (what was built: sizes,
-rates, shaping, namespaces, interfaces and addresses) and ``topology.yaml``
+rates, shaping, the fabric, namespaces, interfaces and addresses) and ``topology.yaml``
 (the P² model of the cluster). ``cluster.json`` is written last, so a folder
 without it is the trace of an ``up`` that did not finish.
 
@@ -10,6 +10,9 @@ The root is the ``root`` the caller passes (the CLI passes its settings'
 else ``/run/p2-clusters`` (tmpfs: a reboot, which also removes the namespaces,
 removes the records too) or, when that is not writable (no root),
 ``~/.cache/p2/clusters``. Lookups search the same places in the same order.
+
+A ``cluster.json`` written before fabrics existed names none and reads as
+``lossy``: its queues were the shallow ones.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.emulated import names
+from deploy.emulated.fabric import LEGACY_FABRIC, Fabric
 from deploy.emulated.netns import TbfShape
 from deploy.errors import DeployError
 
@@ -103,7 +107,8 @@ class ClusterInfo:
 
     Rates are bytes/s. ``shaped`` is False for a loopback-only cluster (no
     namespaces: every rank runs on the host). ``tbf`` holds the qdisc
-    parameters per channel (empty when unshaped)."""
+    parameters per channel (empty when unshaped); ``fabric_rule`` the fabric
+    they were sized by (:mod:`deploy.emulated.fabric`), ``fabric`` its name."""
 
     name: str
     nodes: int
@@ -117,6 +122,12 @@ class ClusterInfo:
     created: str
     slot: int | None = None
     tbf: tuple[TbfShape, ...] = ()
+    fabric_rule: Fabric = Fabric(LEGACY_FABRIC)
+
+    @property
+    def fabric(self) -> str:
+        """``lossless`` or ``lossy``."""
+        return self.fabric_rule.kind
 
     @property
     def world_size(self) -> int:
@@ -192,6 +203,7 @@ class ClusterInfo:
             "loopback_rate": self.loopback_rate,
             "loopback_measured": self.loopback_measured,
             "slot": self.slot,
+            **self.fabric_rule.to_dict(),
             "tbf": [shape.to_dict() for shape in self.tbf],
             "namespaces": {"bridge": self.bridge_namespace, "nodes": list(self.node_namespaces)},
             "node_details": nodes,
@@ -210,7 +222,8 @@ class ClusterInfo:
                        loopback_rate=float(data["loopback_rate"]), loopback_measured=bool(data["loopback_measured"]),
                        shaped=bool(data["shaped"]), state_dir=state_dir, created=str(data["created"]),
                        slot=None if data.get("slot") is None else int(data["slot"]),
-                       tbf=tuple(TbfShape(**shape) for shape in data.get("tbf", ())))
+                       tbf=tuple(TbfShape(**shape) for shape in data.get("tbf", ())),
+                       fabric_rule=Fabric.from_dict(data))
         except (KeyError, TypeError, ValueError) as exc:
             raise DeployError(f"{state_dir / STATE_FILE} is damaged ({exc.__class__.__name__}: {exc}); "
                                     f"remove the cluster with p2 cluster down --name {state_dir.name}") from None

@@ -1,5 +1,9 @@
 """``p2 bench reduce``: measure synthesized programs against the flat AllReduce
-inside an emulated cluster, and score the simulator's predictions."""
+inside an emulated cluster, and score the simulator's predictions. It reports
+the cluster's fabric (lossless or lossy, :mod:`deploy.emulated.fabric`) and
+the packets its NICs' queues dropped during the measurement, per run of a
+candidate: on a lossy fabric a drop costs a TCP flow a retransmission timeout,
+which the simulator does not model."""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ import sys
 
 import click
 
-from deploy.emulated import load_cluster
+from deploy.emulated import ClusterInfo, load_cluster, nic_drops
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.bench_render import plot_predictions, render_bench
 from optimizer_service.cli.measure_job import Run, measure
@@ -60,7 +64,9 @@ def reduce_bench(settings: Settings, cluster_name: str, axes: tuple[int, ...], r
     agreement over all measured candidates.
 
     Rank r is device r of the cluster's topology (node r // per-node); each
-    parallelism matrix maps the axes onto those devices as P² defines.
+    parallelism matrix maps the axes onto those devices as P² defines. The
+    report names the cluster's fabric (p2 cluster up --fabric) and the NICs'
+    drops per measured run (0 on a lossless fabric).
 
     \b
     Example:
@@ -97,9 +103,13 @@ def reduce_bench(settings: Settings, cluster_name: str, axes: tuple[int, ...], r
         raise click.UsageError(f"axes {list(axes)} reduce {list(report.reduce)}: every reduction group is a "
                                "single rank, so there is nothing to measure")
     click.echo(f"bench: {len(runs)} distinct candidates over {len(placements)} placements on cluster "
-               f"{info.name!r}, {format_bytes(nbytes)} per rank, {warmup}+{repeat} runs each", err=True)
+               f"{info.name!r} ({info.fabric} fabric), {format_bytes(nbytes)} per rank, {warmup}+{repeat} runs each",
+               err=True)
+    shaped = info.shaped and not no_shaping
+    drops_before = nic_drops(info) if shaped else {}
     measured = measure(info, runs, warmup=warmup, repeat=repeat, no_shaping=no_shaping,
                        master_port=settings.master_port)
+    drops = drop_report(info, drops_before, len(runs) * (max(1, warmup) + repeat)) if shaped else None
     for entry in placements:
         flat = entry["flat"]
         result = measured[flat.pop("run")]
@@ -110,8 +120,8 @@ def reduce_bench(settings: Settings, cluster_name: str, axes: tuple[int, ...], r
                            speedup=speedup(flat["measured_seconds"], result.median),
                            predicted_speedup=speedup(flat["predicted_seconds"], program["predicted_seconds"]))
     accuracy = evaluate(measured_candidates(placements), tolerance)
-    data = {"cluster": info.name, "topology": topology.to_dict(), "shaped": info.shaped and not no_shaping,
-            "axes": list(axes), "reduce": list(report.reduce), "bytes": nbytes, "top": top,
+    data = {"cluster": info.name, "topology": topology.to_dict(), "shaped": shaped,
+            "fabric": info.fabric, "nic_drops": drops, "axes": list(axes), "reduce": list(report.reduce), "bytes": nbytes, "top": top,
             "warmup": warmup, "repeat": repeat, "placements": placements,
             "accuracy": accuracy.to_dict(), "summary": summarize(placements)}
     if json_out is not None:
@@ -122,6 +132,15 @@ def reduce_bench(settings: Settings, cluster_name: str, axes: tuple[int, ...], r
         click.echo(render_bench(data))
     elif plot_out is not None:
         print(f"plot: {plot_out}", file=sys.stderr)
+
+
+def drop_report(info: ClusterInfo, before: dict[int, int], runs: int) -> dict:
+    """The NICs' queue drops since ``before`` (:func:`deploy.emulated.nic_drops`), per channel and
+    per measured run (``runs``: every run of every candidate, warm-up included)."""
+    by_channel = {channel: count - before.get(channel, 0) for channel, count in nic_drops(info).items()}
+    total = sum(by_channel.values())
+    return {"by_channel": {str(channel): count for channel, count in by_channel.items()}, "total": total,
+            "runs": runs, "per_run": total / runs if runs else 0.0}
 
 
 def measured_candidates(placements: list[dict], first: int = 0) -> list[Candidate]:

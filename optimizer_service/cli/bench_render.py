@@ -16,7 +16,11 @@ def _matrix(rows: list[list[int]]) -> str:
 def render_bench(data: dict) -> str:
     lines = [f"cluster {data['cluster']}: axes {data['axes']} reduce {data['reduce']}, "
              f"{format_bytes(data['bytes'])} per rank, median of {data['repeat']} runs"
-             + ("" if data["shaped"] else " (UNSHAPED loopback: nodes are not separated)")]
+             + (f", {data['fabric']} fabric" if data["shaped"] else " (UNSHAPED loopback: nodes are not separated)")]
+    drops = data.get("nic_drops")
+    if drops is not None:
+        lines.append(f"NIC queue drops: {drops['total']} in {drops['runs']} runs ({drops['per_run']:.2f} per run)"
+                     + (", each a TCP retransmission the simulator does not model" if drops["total"] else ""))
     for entry in data["placements"]:
         flat = entry["flat"]
         lines.append("")

@@ -8,7 +8,9 @@ from typing import Any
 import click
 
 from deploy.emulated import (
+    DEFAULT_FABRIC,
     DEFAULT_NAME,
+    FABRICS,
     ClusterInfo,
     cluster_statuses,
     create_cluster,
@@ -61,11 +63,19 @@ def name_option(default: str = DEFAULT_NAME, what: str = "Cluster name"):
 _NAME_OPTION = name_option()
 
 
+def fabric_option(default: str = DEFAULT_FABRIC):
+    """``--fabric lossless|lossy``, checked by click (also for ``p2 demo``)."""
+    return click.option("--fabric", type=click.Choice(FABRICS), default=default, show_default=True,
+                        help="How the emulated NICs queue: lossless (queues deep enough that nothing is dropped, "
+                             "the model of InfiniBand and RoCE with PFC) or lossy (shallow switch-like queues: "
+                             "an incast drops packets and TCP waits out retransmission timeouts).")
+
+
 @click.group()
 def cluster() -> None:
     """An emulated cluster on this machine: one network namespace per node, a
     tbf-shaped veth per node as its NIC (needs root; --no-shaping runs
-    unshaped on the host's loopback)."""
+    unshaped on the host's loopback), on a lossless or a lossy fabric."""
 
 
 @cluster.command("up")
@@ -76,20 +86,27 @@ def cluster() -> None:
 @_NAME_OPTION
 @click.option("--loopback", "loopback_rate", type=Rate(),
               help="Loopback rate for the model (default: measured inside node 0).")
+@fabric_option()
 @click.option("--no-shaping", is_flag=True, help="No namespaces: record a loopback-only cluster (no root needed).")
 @click.option("--json", "json_out", metavar="OUT", help="Also write the cluster as JSON to OUT ('-' for stdout).")
 @click.pass_obj
 def up(settings: Settings, nodes: int, per_node: int, nic_rate: float, nic2_rate: float | None, name: str, loopback_rate: float | None,
-       no_shaping: bool, json_out: str | None) -> None:
+       fabric: str, no_shaping: bool, json_out: str | None) -> None:
     """Create the cluster: namespaces, bridges, shaped veths, and its state
     folder with cluster.json and topology.yaml (the P² model).
+
+    On the lossless fabric every NIC's queue holds what all TCP flows through
+    it can have in flight (each node's tcp_rmem/tcp_wmem bound that), so no
+    packet is dropped, also after a NIC is slowed; the lossy fabric keeps
+    shallow queues (deploy/emulated/README.md).
 
     \b
     Example:
       p2 cluster up --nodes 2 --per-node 4 --nic 200Mbit/s --name demo
+      p2 cluster up --nodes 2 --per-node 4 --nic 200Mbit/s --fabric lossy --name shallow
     """
     info = create_cluster(name, nodes, per_node, nic_rate, nic2_rate, loopback_rate, shaped=not no_shaping,
-                          root=settings.cluster_dir)
+                          root=settings.cluster_dir, fabric=fabric)
     if json_out is not None:
         write_json(info.to_dict(), json_out)
     if json_out != "-":
@@ -106,6 +123,8 @@ def describe(info: ClusterInfo) -> str:
             tbf = info.tbf[channel]
             shape = f", tbf burst {tbf.burst} B, limit {tbf.limit} B each way"
         lines.append(f"  nic{channel}: {rate_text(rate)} per direction{shape}")
+    if info.shaped:
+        lines.append(f"  fabric: {info.fabric_rule.describe()}")
     how = ("measured in node 0" if info.shaped else "measured on the host") if info.loopback_measured else "given"
     lines.append(f"  loopback: {format_rate(info.loopback_rate)} ({how})")
     for node in range(info.nodes):
@@ -176,8 +195,8 @@ def down(settings: Settings, name: str | None, remove_all: bool) -> None:
 @click.option("--json", "json_out", metavar="OUT", help="Also write the clusters as JSON to OUT ('-' for stdout).")
 @click.pass_obj
 def status(settings: Settings, name: str | None, json_out: str | None) -> None:
-    """List clusters (from state folders and from namespaces that exist) and
-    flag anything partial or orphaned."""
+    """List clusters (from state folders and from namespaces that exist) with
+    their fabric, and flag anything partial or orphaned."""
     statuses = cluster_statuses(None if name is None else _name(name), settings.cluster_dir)
     if json_out is not None:
         write_json({"clusters": [s.to_dict() for s in statuses]}, json_out)
@@ -186,14 +205,15 @@ def status(settings: Settings, name: str | None, json_out: str | None) -> None:
     if not statuses:
         click.echo(f"no cluster named {name}" if name else "no clusters")
         return
-    click.echo(f"{'NAME':<16} {'STATE':<9} {'NODES':>5} {'RANKS':>5}  {'NIC':<22} {'NIC2':<22} TOPOLOGY")
+    click.echo(f"{'NAME':<16} {'STATE':<9} {'FABRIC':<8} {'NODES':>5} {'RANKS':>5}  {'NIC':<22} {'NIC2':<22} "
+               f"TOPOLOGY")
     for entry in statuses:
         info = entry.info
         if info is None:
-            click.echo(f"{entry.name:<16} {entry.condition:<9} {'-':>5} {'-':>5}  {'-':<22} {'-':<22} -")
+            click.echo(f"{entry.name:<16} {entry.condition:<9} {'-':<8} {'-':>5} {'-':>5}  {'-':<22} {'-':<22} -")
         else:
             nic2 = "-" if info.nic2_rate is None else rate_text(info.nic2_rate)
-            click.echo(f"{entry.name:<16} {entry.condition:<9} {info.nodes:>5} {info.world_size:>5}  "
-                       f"{rate_text(info.nic_rate):<22} {nic2:<22} {info.topology_path}")
+            click.echo(f"{entry.name:<16} {entry.condition:<9} {info.fabric:<8} {info.nodes:>5} "
+                       f"{info.world_size:>5}  {rate_text(info.nic_rate):<22} {nic2:<22} {info.topology_path}")
         for problem in entry.problems:
             click.echo(f"  ! {problem}")

@@ -107,14 +107,18 @@ def test_calibrate_then_bench_on_a_loopback_cluster(loopback_cluster, state, tmp
     assert [link.bandwidth for link in after.links] != [link.bandwidth for link in before.links]
     assert all(p["measured_seconds"] > 0 for p in record["probes"])
     assert "calibrated" in after.description
-    check_bench(loopback_cluster, state, tmp_path)
+    data = check_bench(loopback_cluster, state, tmp_path)
+    assert data["shaped"] is False and data["nic_drops"] is None        # no NICs, nothing to drop
 
 
 @pytest.mark.netns
 @pytest.mark.multiproc
 def test_bench_in_a_shaped_cluster(shaped_cluster, state, tmp_path):
     data = check_bench(shaped_cluster, state, tmp_path)
-    assert data["shaped"] is True
+    assert data["shaped"] is True and data["fabric"] == "lossless"     # p2 cluster up's default
+    # Every candidate (a flat AllReduce and a program at least, per placement) ran once untimed and once timed.
+    assert data["nic_drops"]["runs"] >= 2 * 2 * len(data["placements"])
+    assert data["nic_drops"]["total"] == 0 == data["nic_drops"]["per_run"]   # lossless: nothing dropped
 
 
 def test_bad_requests_exit_2_with_one_line(loopback_cluster, state):

@@ -143,7 +143,7 @@ def test_up_builds_namespaces_status_and_a_loadable_topology(shaped, state_root)
 
     status = shaped.p2("cluster", "status", "--name", shaped.name)
     assert status.returncode == 0, status.stderr
-    assert re.search(rf"^{shaped.name}\s+up\s+2\s+4\s", status.stdout, re.M), status.stdout
+    assert re.search(rf"^{shaped.name}\s+up\s+lossless\s+2\s+4\s", status.stdout, re.M), status.stdout
     data = json.loads(shaped.p2("cluster", "status", "--json", "-").stdout)
     mine = [c for c in data["clusters"] if c["name"] == shaped.name]
     assert mine and mine[0]["condition"] == "up" and not mine[0]["problems"]
@@ -366,7 +366,7 @@ def test_no_shaping_cluster_runs_four_ranks_on_loopback_without_privileges(state
             assert env["RANK"] == str(rank) and env["P2_NODE"] == str(rank // 2)
             assert env["MASTER_ADDR"] == "127.0.0.1" and env["GLOO_SOCKET_IFNAME"] == "lo"
         status = p2("cluster", "status", "--name", name, state_root=state_root, wrap=wrap)
-        assert re.search(rf"^{name}\s+loopback\s+2\s+4\s", status.stdout, re.M), status.stdout
+        assert re.search(rf"^{name}\s+loopback\s+lossless\s+2\s+4\s", status.stdout, re.M), status.stdout
     finally:
         down = p2("cluster", "down", "--name", name, state_root=state_root, wrap=wrap)
     assert down.returncode == 0, down.stderr
