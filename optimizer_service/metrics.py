@@ -76,7 +76,7 @@ RUNNING_VERSION = MetricSpec("p2_running_plan_version", "gauge",
 COMMITS = MetricSpec("p2_commits", "counter", "Two-phase commits decided, by outcome (commit, abort).",
                      ("job_id", "outcome"))
 REPLANS = MetricSpec("p2_replans", "counter",
-                     "Searches the replanning loop started, by trigger (first, slow, waits, cluster, operator).",
+                     "Searches the replanning loop started, by trigger (first, slow, waits, cluster, bound, operator).",
                      ("job_id", "reason"))
 PREDICTION_ERROR = MetricSpec("p2_prediction_error_ratio", "gauge",
                               "Measured / predicted iteration time - 1 of the running plan (measured: the median "

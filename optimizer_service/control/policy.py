@@ -95,6 +95,8 @@ def _latch(state: Policy, trigger: Trigger) -> Policy:
             return replace(state, watches=replace(watches, slow=watches.slow.latch()))
         case Trigger.WAITS:
             return replace(state, watches=replace(watches, waits=watches.waits.latch()))
+        case Trigger.BOUND:
+            return replace(state, bound_done=state.cluster)
     return state
 
 
@@ -111,6 +113,8 @@ def _release(state: Policy, pending: Pending) -> Policy:
             return replace(state, watches=replace(watches, slow=watches.slow.release()))
         case Trigger.WAITS:
             return replace(state, watches=replace(watches, waits=watches.waits.release()))
+        case Trigger.BOUND:
+            return replace(state, bound_done="")
     return state
 
 
@@ -260,6 +264,12 @@ def _fired(state: Policy, median: float) -> tuple[Trigger, str] | None:
     if watches.waits.fired(cfg.consecutive):
         return Trigger.WAITS, Trigger.WAITS.reason(wait=_pct(state.median_wait() or 0.0), level=_pct(cfg.wait_trigger),
                                                    streak=watches.waits.streak)
+    bound = state.bounds.get(state.cluster)
+    tried = any(version not in state.unplanned for version in state.measured.get(state.cluster, {}))
+    if (running in state.unplanned and tried and bound and state.bound_done != state.cluster
+            and median > bound * (1 + cfg.bound_gap)):
+        return Trigger.BOUND, Trigger.BOUND.reason(running=_name(running), median=median, bound=bound,
+                                                   over=_pct(median / bound - 1), cluster=state.cluster)
     return None
 
 
@@ -273,7 +283,11 @@ def _decide(state: Policy, now: float) -> tuple[Policy, list[Action]]:
     ``restore``, evaluated like a commit); right after a cluster change, as soon
     as ``min_samples`` are measured. This is how a cluster state seen before gets
     its best plan back, and how a failed rollback is retried. With none known, a
-    cluster change makes a search due once ``min_samples`` are measured in it."""
+    cluster change makes a search due once ``min_samples`` are measured in it.
+    Restoring passthrough does not answer a cluster change: its search stays due
+    (after the restore is measured), so the policy never settles for passthrough
+    in a changed cluster without asking the model for a plan that beats it and
+    the stale plan (issue 32, item 4)."""
     median = state.median_seconds()
     if state.paused or state.count < state.cooldown_until or median is None:
         return state, []
@@ -283,7 +297,8 @@ def _decide(state: Policy, now: float) -> tuple[Policy, list[Action]]:
         version, seconds = best
         reason = Trigger.RESTORE.reason(version=_name(version), seconds=seconds, cluster=state.cluster,
                                         gain=_pct(1 - seconds / median), running=_name(state.running), median=median)
-        state = replace(state, due="", pending=Pending(COMMITTING, Trigger.RESTORE, now, version=version))
+        due = state.due if version in state.unplanned else ""
+        state = replace(state, due=due, pending=Pending(COMMITTING, Trigger.RESTORE, now, version=version))
         return state, [RollBack(version, state.running, Trigger.RESTORE.value, reason)]
     found = _fired(state, median)
     if found is None:
@@ -336,6 +351,8 @@ def _on_search_done(state: Policy, event: SearchDone, now: float) -> tuple[Polic
     if pending is None or pending.what != SEARCHING or pending.request != event.request:
         return state, [Note("ignored", f"result v{event.version} of search r{event.request} ignored: no such "
                             f"search is running")]
+    if event.bound_seconds is not None and math.isfinite(event.bound_seconds) and event.bound_seconds > 0:
+        state = replace(state, bounds={**state.bounds, state.cluster: event.bound_seconds})
     state = _latch(replace(state, pending=None), pending.trigger)
     median, running = state.median_seconds(), _name(state.running)
     expected, basis = _expected(event, median, running)
@@ -400,6 +417,8 @@ def _move(state: Policy, old: int, new: int) -> Policy:
 def _on_committed(state: Policy, event: Committed, now: float) -> tuple[Policy, list[Action]]:
     if event.same_as is not None and event.same_as != event.version:
         state = _move(state, event.same_as, event.version)
+        if event.same_as in state.unplanned:
+            state = replace(state, unplanned=state.unplanned | {event.version})
     seconds = event.predicted_seconds
     if seconds is not None and math.isfinite(seconds) and seconds > 0:
         state = replace(state, predicted={**state.predicted, event.version: seconds})

@@ -90,6 +90,14 @@ class PolicyConfig:
     compares medians taken at different times, which carry the drift of the machine,
     not only the plan."""
 
+    bound_gap: float = 0.25
+    """Search again from passthrough when it measures more than 25 % over the lower
+    bound of its cluster state (the last search's there) after a plan was tried in
+    it (rolled back, or passthrough restored): once per cluster state. The bound
+    says a plan can gain that much; the next search knows the tried plan's motif
+    times (the service carries the fit of the state forward). 25 %: above the
+    10–15 % the window median of one plan moves, so noise does not start it."""
+
     drift_trigger: float = 0.20
     """A running plan's median more than 20 % away from its *baseline* for
     ``consecutive`` iterations means the cluster changed under the job (a NIC
@@ -126,9 +134,11 @@ class PolicyConfig:
             problems.append("0 <= slow_clear <= slow_trigger and 0 <= wait_clear <= wait_trigger")
         if not (0 <= self.min_gain < 1 and self.rollback_margin >= 0):
             problems.append(f"0 <= min_gain < 1 and rollback_margin >= 0 (got {self.min_gain}, {self.rollback_margin})")
-        if not (self.min_gain <= self.restore_gain < 1 and 0 < self.drift_trigger and 0 < self.channel_drift):
-            problems.append(f"min_gain <= restore_gain < 1, drift_trigger > 0 and channel_drift > 0 (got "
-                            f"{self.restore_gain}, {self.drift_trigger}, {self.channel_drift})")
+        if not (self.min_gain <= self.restore_gain < 1 and 0 < self.drift_trigger and 0 < self.channel_drift
+                and 0 < self.bound_gap):
+            problems.append(f"min_gain <= restore_gain < 1, drift_trigger > 0, channel_drift > 0 and bound_gap > 0 "
+                            f"(got {self.restore_gain}, {self.drift_trigger}, {self.channel_drift}, "
+                            f"{self.bound_gap})")
         if min(self.consecutive, self.cooldown, self.max_backoff, self.switch_within) < 1 or self.pending_timeout <= 0:
             problems.append("consecutive, cooldown, max_backoff, switch_within >= 1 and pending_timeout > 0")
         if problems:

@@ -34,11 +34,14 @@ class SearchDone:
     ``version`` (stored, not committed), which the cost model predicts to take
     ``predicted_seconds`` per iteration; ``running_seconds`` is the model's time
     of the running plan priced the same way (same traces, topology and
-    scheduler; None when it could not be priced)."""
+    scheduler; None when it could not be priced); ``bound_seconds`` is the lower
+    bound on the iteration time in the cluster state the search saw
+    (:mod:`optimizer_service.syndicate.bound`; None when unknown)."""
     request: int
     version: int
     predicted_seconds: float
     running_seconds: float | None = None
+    bound_seconds: float | None = None
 
 
 @dataclass(frozen=True)

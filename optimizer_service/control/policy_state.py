@@ -139,7 +139,10 @@ class Policy:
     count; ``fruitless``: searches and commits in a row that changed nothing
     (the backoff); ``predicted``: each plan's expected iteration time;
     ``measured``: per cluster state, the latest median of each plan (version 0:
-    passthrough) that ran in it."""
+    passthrough) that ran in it; ``bounds``: per cluster state, the lower bound
+    on the iteration time its last search reported; ``bound_done``: the cluster
+    state whose bound trigger already fired ("" when none did); ``unplanned``:
+    the versions that run no plan (0, and every rollback that re-installed it)."""
 
     config: PolicyConfig
     cluster: str
@@ -160,6 +163,9 @@ class Policy:
     trial: Trial | None = None
     predicted: Mapping[int, float] = field(default_factory=dict)
     measured: Mapping[str, Mapping[int, float]] = field(default_factory=dict)
+    bounds: Mapping[str, float] = field(default_factory=dict)
+    bound_done: str = ""
+    unplanned: frozenset[int] = frozenset({0})
 
     @classmethod
     def new(cls, cluster: str, config: PolicyConfig | None = None) -> Policy:
@@ -210,4 +216,5 @@ class Policy:
                 "trial": None if self.trial is None else asdict(self.trial),
                 "measured": {cluster: {str(v): s for v, s in plans.items()}
                              for cluster, plans in self.measured.items()},
+                "bound_seconds": self.bounds.get(self.cluster),
                 "config": {f.name: getattr(self.config, f.name) for f in fields(self.config)}}

@@ -29,6 +29,9 @@ class Trigger(Enum):
              "dispatcher waits are {wait} of the iteration time (over {level}) for {streak} iterations",
              "dispatcher waits are {wait} of the iteration, below {clear} for {needed} iterations: the waits "
              "trigger is armed again")
+    #: Passthrough runs far over its cluster state's bound after a plan was tried there (``bound_gap``).
+    BOUND = ("bound", "{running} measures {median:.3f} s, {over} over the lower bound {bound:.3f} s of cluster "
+                      "state {cluster}: a plan can gain that much; searching again with what the tried plan measured")
     #: An operator's "replan now".
     OPERATOR = ("operator", "an operator asked for a plan{reason}")
     #: A rollback to a plan known to be faster in this cluster state (``restore_gain``).

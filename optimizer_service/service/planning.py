@@ -2,15 +2,15 @@
 
 The replanning loop (issue 16) plans a running job from every rank's recent
 trace window (:meth:`ServiceCore.collect_traces`) on the job's topology:
-:func:`optimizer_service.syndicate.facade.plan_job` builds the DAG from the
-traces (Syndicate §4.3), re-fits the topology's channels to the motif times
-the running plan measured, prices every comm-op's options with P² programs
-among the all-reduce options, and runs the systems of §6.4 with Syndicate's MCMC
-search last, under a time budget. That is seconds of CPU, so it runs in a
-:class:`Planner`'s worker process (spawned once, reused): the gRPC server and
-the commits of other jobs stay responsive. A search that overruns its budget
-by :data:`GRACE_SECONDS` is killed with its worker (the next search starts a
-fresh one).
+:func:`optimizer_service.syndicate.live_search.live_search` fits the model to
+the window's telemetry, builds the DAG of the window's median iteration
+(Syndicate §4.3), prices every comm-op's options with P² programs among the
+all-reduce options, and runs the systems of §6.4 with Syndicate's MCMC search
+last, bounded by evaluations (the same traces, the same plan). That is seconds
+of CPU, so it runs in a :class:`Planner`'s worker process (spawned once,
+reused): the gRPC server and the commits of other jobs stay responsive. A
+search that overruns its budget by :data:`GRACE_SECONDS` is killed with its
+worker (the next search starts a fresh one).
 
 :func:`search` is what runs in the worker: plain values in (trace documents,
 topology YAML), plain values out (:class:`SearchOutcome`), so nothing but JSON
@@ -42,9 +42,12 @@ class SearchOutcome:
     """What one search found: Syndicate's plan (JSON, version 1 — the service
     numbers it) with its predicted steady-state iteration time, FIFO's
     prediction for the same DAG (the passthrough order), every system's, the
-    traced iteration's measured time, and the ops of that iteration the plan
+    traced iteration's measured time, the ops of that iteration the plan
     leaves to the inner backend with the reason (``passthrough``:
-    :meth:`optimizer_service.syndicate.passthrough.PassedThrough.to_dict`)."""
+    :meth:`optimizer_service.syndicate.passthrough.PassedThrough.to_dict`), and
+    the lower bound on the job's iteration time on the re-fitted topology
+    (``bound_seconds``, and ``bound``:
+    :meth:`optimizer_service.syndicate.bound.Bound.to_dict`, its terms and what binds)."""
 
     plan_json: str
     predicted_seconds: float
@@ -54,59 +57,62 @@ class SearchOutcome:
     comm_ops: int
     planned_ops: int
     search_seconds: float
-    channel_ratios: dict[int, float] = field(default_factory=dict)
+    #: The model fitted to the window (:attr:`optimizer_service.syndicate.live_search.LiveSearch.fit`).
+    fit: dict = field(default_factory=dict)
     running_seconds: float | None = None
     passthrough: tuple[dict, ...] = ()
     #: The chosen schedule's first iteration: ``{"name", "lane", "start", "end"}`` per task
     #: (lane ``compute`` or ``chN``), for the dashboard's predicted Gantt; not stored.
     timeline: tuple[dict, ...] = ()
+    bound_seconds: float | None = None
+    bound: dict | None = None
+    window_iterations: int = 0          # the trace window's iterations the DAG's medians took
+    stopped_by: str = ""                # what ended Syndicate's search (mcmc.SearchResult.stopped_by)
+    evaluations: int = 0
 
     def to_dict(self) -> dict:
         return {"predicted_seconds": self.predicted_seconds, "fifo_seconds": self.fifo_seconds,
                 "measured_seconds": self.measured_seconds, "systems": dict(self.systems),
                 "comm_ops": self.comm_ops, "planned_ops": self.planned_ops, "search_seconds": self.search_seconds,
-                "channel_ratios": {str(c): r for c, r in self.channel_ratios.items()},
-                "running_seconds": self.running_seconds, "passthrough": [dict(entry) for entry in self.passthrough]}
+                "fit": self.fit, "window_iterations": self.window_iterations, "stopped_by": self.stopped_by,
+                "evaluations": self.evaluations,
+                "running_seconds": self.running_seconds, "passthrough": [dict(entry) for entry in self.passthrough],
+                "bound_seconds": self.bound_seconds, "bound": self.bound}
 
 
-def search(traces: list[dict], topology_yaml: str, budget: float, seed: int,
-           running_plan_json: str | None = None) -> SearchOutcome:
-    """Plan the traced job on the topology (runs in the worker process); with
-    the plan the traces ran, the topology's channels are first re-fitted to the
-    motif times measured (:mod:`optimizer_service.syndicate.refit`).
+def search(traces: list[dict], topology_yaml: str, seed: int, running_plan_json: str | None = None,
+           evaluations: int | None = None, prior_fit: dict | None = None) -> SearchOutcome:
+    """Plan the traced job on the topology (runs in the worker process) with
+    :func:`optimizer_service.syndicate.live_search.live_search`: the model fitted
+    to the window's telemetry (with the plan the traces ran, its motif times), the
+    window's median iteration, a search bounded by ``evaluations`` (default
+    ``LIVE_EVALUATIONS``), never by the clock; ``prior_fit``: the ``fit`` of an
+    earlier search in the same cluster state, for what this window cannot fit.
     ``running_seconds`` is the model's time of the running plan priced the same
     way (:mod:`optimizer_service.syndicate.plan_import`; without one, passthrough's:
     every op's library default in program order), or
-    None when the plan cannot be read back on this DAG."""
+    None when the plan cannot be read back on this DAG. The bound is taken on
+    the topology the search used (re-fitted: the rates measured)."""
     from optimizer_service.hardware.topology import Topology
     from optimizer_service.plan import Plan
-    from optimizer_service.syndicate.facade import plan_job
+    from optimizer_service.syndicate.live_search import LIVE_EVALUATIONS, live_search
     from optimizer_service.syndicate.passthrough import passed_through
-    from optimizer_service.syndicate.plan_import import running_choice
-    from optimizer_service.syndicate.refit import channel_ratios, refit
-    from optimizer_service.syndicate.scheduler import Policy
+    from optimizer_service.syndicate.telemetry_fit import TelemetryFit
 
     started = time.perf_counter()
     topology = Topology.from_yaml(topology_yaml, source="the job's topology")
-    ratios: dict[int, float] = {}
     running = Plan.parse(running_plan_json) if running_plan_json else None
-    if running is not None and running.ops and running.world_size == topology.device_count:
-        ratios = channel_ratios(topology, running, traces)
-        topology = refit(topology, ratios)
-    found = plan_job(traces, topology, budget=budget, seed=seed, name="live")
+    prior = TelemetryFit.from_dict(prior_fit) if prior_fit else None
+    live = live_search(traces, topology, seed, evaluations or LIVE_EVALUATIONS, running, prior)
+    found, stopped = live.found, live.found.chosen.search
     systems = {result.name: result.steady_seconds for result in found.results}
-    # Nothing planned runs every op's first option (the library's own algorithm, whole, on
-    # channel 0) in the program's order: gloo's ring, not FIFO's greedy pick among P²'s programs.
-    running_seconds: float | None = found.problem.steady_seconds([0] * len(found.problem.options),
-                                                                 Policy.FIFO, framework_order=True)
-    if running is not None and running.ops:
-        choice = running_choice(found.problem, running)
-        running_seconds = None if choice is None else found.problem.steady_seconds(choice, Policy.CRITICAL_PATH)
     passthrough = tuple(entry.to_dict() for entry in passed_through(traces, found.plan))
     return SearchOutcome(found.plan.to_json(), found.chosen.steady_seconds, systems["FIFO"],
-                         found.measured_iteration_seconds, systems, len(found.problem.dag.comm_ops),
-                         len(found.plan.ops), time.perf_counter() - started, ratios, running_seconds, passthrough,
-                         predicted_timeline(found.problem, found.chosen.evaluation))
+                         live.measured_seconds, systems, len(found.problem.dag.comm_ops),
+                         len(found.plan.ops), time.perf_counter() - started, live.fit, live.running_seconds,
+                         passthrough, predicted_timeline(found.problem, found.chosen.evaluation), found.bound.seconds,
+                         found.bound.to_dict(), live.window_iterations, stopped.stopped_by if stopped else "",
+                         stopped.evaluations if stopped else 0)
 
 
 def predicted_timeline(problem, evaluation) -> tuple[dict, ...]:
@@ -195,10 +201,12 @@ class Planner:
         return self._pool
 
     async def plan(self, traces: list[dict], topology_yaml: str, budget: float, seed: int = 0,
-                   running_plan_json: str | None = None) -> SearchOutcome:
+                   running_plan_json: str | None = None, evaluations: int | None = None,
+                   prior_fit: dict | None = None) -> SearchOutcome:
+        """:func:`search` in the worker; ``budget`` seconds (+ :data:`GRACE_SECONDS`) before it is stopped."""
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor(), search, traces, topology_yaml, budget, seed,
-                                      running_plan_json)
+        future = loop.run_in_executor(self._executor(), search, traces, topology_yaml, seed, running_plan_json,
+                                      evaluations, prior_fit)
         try:
             return await asyncio.wait_for(future, budget + GRACE_SECONDS)
         except TimeoutError:

@@ -65,6 +65,7 @@ from optimizer_service.service.live import JobIteration
 from optimizer_service.service.planning import Planner, resolve_topology, short_error
 from optimizer_service.service.replan_host import ReplanHost
 from optimizer_service.service.traces import TRACE_ITERATIONS
+from optimizer_service.syndicate.live_search import LIVE_EVALUATIONS
 from optimizer_service.syndicate.passthrough import summary as passthrough_summary
 
 log = logging.getLogger("p2.service")
@@ -80,9 +81,10 @@ class ReplanConfig:
     enabled: bool = True
     policy: PolicyConfig = PolicyConfig()
     topology: str = ""              # for jobs whose ranks give none (P2_TOPOLOGY): a preset name or YAML
-    budget: float = 5.0             # seconds of search per searching system
+    budget: float = 5.0             # seconds a search may take (+ planning.GRACE_SECONDS) before it is stopped
     trace_iterations: int = TRACE_ITERATIONS    # finished iterations of every rank's trace a search reads
     seed: int = 0
+    evaluations: int = LIVE_EVALUATIONS         # the most each MCMC search evaluates (it never stops by time)
 
 
 def cluster_key(topology_yaml: str) -> str:
@@ -96,6 +98,23 @@ def _resolved(value: str) -> tuple[str, str]:
         return resolve_topology(value), ""
     except InvalidInputError as error:
         return "", str(error)
+
+
+def fit_summary(fit: dict) -> str:
+    """One line of a search's fitted model (:attr:`SearchOutcome.fit`): per channel and
+    for the host, the fixed cost per motif, the latency of a round and the rate."""
+    def one(name: str, entry: dict) -> str:
+        rate = entry.get("rate_bytes_per_s")
+        round_ = entry.get("round_seconds")
+        return (f"{name} {entry['motif_seconds'] * 1e3:.2f} ms/motif"
+                + ("" if round_ is None else f", {round_ * 1e3:.2f} ms/round")
+                + ("" if rate is None else f", {rate / 1e6:.3g} MB/s")
+                + f" ({entry['how']}, {entry['samples']} samples)")
+
+    parts = [one(f"channel {c}", entry) for c, entry in fit.get("channels", {}).items()]
+    if "host" in fit:
+        parts.append(one("host", fit["host"]))
+    return "fitted to the window: " + "; ".join(parts)
 
 
 class JobLoop:
@@ -113,6 +132,7 @@ class JobLoop:
         self._same_as: dict[int, int] = {}          # version -> the version whose plan it re-installs
         self._tasks: set[asyncio.Task] = set()
         self.timelines: dict[int, tuple[dict, ...]] = {}     # version -> the search's predicted timeline
+        self._fit: tuple[str, dict] | None = None    # (cluster state, the last search's fit there)
         self.policy = Policy.new(cluster_key(""), config.policy)
         self._resolve_topology(initial=True)
 
@@ -243,9 +263,14 @@ class JobLoop:
             if not self.topology_yaml:
                 raise InvalidInputError(self.topology_error or "the job's topology is not known yet")
             running = self.job.coordinator.committed_plan
+            cluster = self.policy.cluster
+            prior = self._fit[1] if self._fit is not None and self._fit[0] == cluster else None
             traces = await self.host.collect_traces(self.job.job_id, self.config.trace_iterations)
             outcome = await self.planner.plan(traces, self.topology_yaml, self.config.budget, self.config.seed,
-                                              running.to_json() if running is not None and running.ops else None)
+                                              running.to_json() if running is not None and running.ops else None,
+                                              self.config.evaluations, prior)
+            if outcome.fit:
+                self._fit = (cluster, outcome.fit)
             plan = Plan.parse(outcome.plan_json)
             state = await self.host.store_plan(self.job.job_id, plan, origin=f"search r{request}",
                                                predicted_seconds=outcome.predicted_seconds)
@@ -263,15 +288,19 @@ class JobLoop:
             del self.timelines[old]
         running_text = ("" if outcome.running_seconds is None
                         else f"the running plan {outcome.running_seconds:.4f} s, ")
-        refitted = ", ".join(f"channel {c} x{r:.2f}" for c, r in outcome.channel_ratios.items())
-        motifs = f"; measured/predicted motif time: {refitted}" if refitted else ""
+        motifs = f"; {fit_summary(outcome.fit)}" if outcome.fit else ""
+        bound = ("" if outcome.bound is None
+                 else f"; no plan beats {outcome.bound['seconds']:.4f} s (bound by {outcome.bound['binding']})")
+        stopped = (f" (stopped by {outcome.stopped_by} after {outcome.evaluations} evaluations; the median of "
+                   f"{outcome.window_iterations} traced iterations)" if outcome.stopped_by else "")
         reason = (f"search r{request}: {outcome.planned_ops} of {outcome.comm_ops} comm-ops planned in "
-                  f"{outcome.search_seconds:.1f} s; the model predicts {outcome.predicted_seconds:.4f} s per "
-                  f"iteration ({running_text}FIFO {outcome.fifo_seconds:.4f} s){motifs}"
+                  f"{outcome.search_seconds:.1f} s{stopped}; the model predicts {outcome.predicted_seconds:.4f} s per "
+                  f"iteration ({running_text}FIFO {outcome.fifo_seconds:.4f} s){motifs}{bound}"
                   f"; {passthrough_summary(outcome.passthrough)}")
         self.host.record(self.job.job_id, "searched", state.version, reason,
                          {"iteration": self.policy.last_index, "phase": self.policy.phase, "search": outcome.to_dict()})
-        self._feed(SearchDone(request, state.version, outcome.predicted_seconds, outcome.running_seconds))
+        self._feed(SearchDone(request, state.version, outcome.predicted_seconds, outcome.running_seconds,
+                              outcome.bound_seconds))
 
     async def _commit(self, version: int) -> None:
         try:
@@ -282,8 +311,9 @@ class JobLoop:
     async def _roll_back(self, to_version: int) -> None:
         """Re-install ``to_version`` (0: no plan) under a new version; a refusal is a failed commit."""
         try:
-            if to_version == 0:
-                plan = Plan(1, self.job.world_size, {0: None}, ())
+            if to_version == 0:         # passthrough again: beside it, passthrough's bound
+                plan = Plan(1, self.job.world_size, {0: None}, (),
+                            bound_iteration_seconds=self.job.passthrough_bound_seconds)
             else:
                 plan = Plan.parse((await self.host.plan(self.job.job_id, to_version))[1].plan_json)
             old = self.job.plans.get(to_version)

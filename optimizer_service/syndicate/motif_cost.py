@@ -9,24 +9,34 @@ directly from each rank to each destination in its window, all at once, so a
 node's NIC is shared by everything crossing it. Reducing motifs (AllReduce,
 ReduceScatter, Reduce) are also bounded by the channel's reduction rate where
 its links set one (:mod:`optimizer_service.hardware.cost_model`, "Reduction"): a
-host-staged channel sums on CPU cores. Every motif also pays a fixed
-``dispatch_seconds`` — the cost of launching one more kernel or message that
-Syndicate names as the reason over-fine segmentation does not pay (§4.2.1,
-"Composition of Operators"); calibrate it from measured motif times.
+host-staged channel sums on CPU cores. Every motif also pays a fixed cost —
+the cost of launching one more kernel or message that Syndicate names as the
+reason over-fine segmentation does not pay (§4.2.1, "Composition of
+Operators"): ``channel_dispatch[c]`` for a motif whose ranks span more than one
+node (an instance of the topology's outermost level) on channel ``c``,
+``host_dispatch`` for one that stays inside a node, ``dispatch_seconds`` where
+neither is given. The job's telemetry fits them
+(:mod:`optimizer_service.syndicate.telemetry_fit`): on a loaded host the fixed
+cost of a motif is milliseconds, not the microseconds of a kernel launch. A
+motif of no bytes costs nothing: both runtimes return from it at once.
 
 How payload sizes map onto the simulator's per-member input ``n``: AllReduce,
 Reduce and Broadcast pass the whole range; a ReduceScatter passes the union of
-its parts (each member ends with one); an AllGather passes one part.
+its parts (each member ends with one); an AllGather passes one part. A motif's
+bytes are its elements times its own element size (:attr:`Motif.nbytes
+<optimizer_service.plan.motif.Motif.nbytes>`: 2 for a bfloat16 op, 8 for an
+int64 one), so every op is priced with its real byte size (issue 32).
 
 :meth:`MotifCostModel.step_seconds` prices motifs that run together over
 disjoint groups (the ∥ Reduce of a tree's blocks, the groups of one P² step)
 as one simulator step, so links they share are shared exactly. Prices are
-cached by what they depend on (kind, ranks, part sizes, window, channel), so
-the pieces of a segmented op cost one simulation.
+cached by what they depend on (kind, ranks, part sizes, element size, window,
+channel), so the pieces of a segmented op cost one simulation.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,9 +47,6 @@ from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Motif
 
-#: Bytes per element of every payload the optimizer plans (fp32).
-ELEMENT_BYTES = 4
-
 #: Per-motif launch overhead when nothing better is known (a small NCCL kernel
 #: launch plus a progress-thread hand-off is tens of microseconds).
 DEFAULT_DISPATCH_SECONDS = 20e-6
@@ -48,9 +55,19 @@ DEFAULT_DISPATCH_SECONDS = 20e-6
 @dataclass
 class MotifCostModel:
     topology: Topology
-    element_bytes: int = ELEMENT_BYTES
     dispatch_seconds: float = DEFAULT_DISPATCH_SECONDS
+    #: channel -> fixed cost of a motif that crosses the network on it (absent: ``dispatch_seconds``)
+    channel_dispatch: Mapping[int, float] = field(default_factory=dict)
+    #: fixed cost of a motif inside one node (None: ``dispatch_seconds``)
+    host_dispatch: float | None = None
     _models: dict[int, CostModel] = field(default_factory=dict, repr=False)
+
+    def fixed_seconds(self, motif: Motif) -> float:
+        """What ``motif`` pays besides its bytes (module docstring)."""
+        node = self.topology.devices_per_instance(0)
+        if len({rank // node for rank in motif.ranks}) > 1:
+            return self.channel_dispatch.get(motif.channel, self.dispatch_seconds)
+        return self.dispatch_seconds if self.host_dispatch is None else self.host_dispatch
 
     def model(self, channel: int) -> CostModel:
         if channel not in self.topology.channels:
@@ -69,10 +86,10 @@ class MotifCostModel:
         """Motifs of one kind on one channel over disjoint ranks, run at once."""
         first = group[0]
         key = (first.kind, first.channel, first.window,
-               tuple((m.ranks, tuple(b - a for a, b in m.ranges)) for m in group))
+               tuple((m.ranks, m.element_bytes, tuple(b - a for a, b in m.ranges)) for m in group))
         cached = self._cache.get(key)
         if cached is None:
-            if first.kind is Collective.ALL_TO_ALL or len({(len(m.ranks), m.elements) for m in group}) > 1:
+            if first.kind is Collective.ALL_TO_ALL or len({(len(m.ranks), m.nbytes) for m in group}) > 1:
                 cached = max(self._price((m,)) for m in group)
             else:
                 cached = self._price(group)
@@ -92,9 +109,12 @@ class MotifCostModel:
         model = self.model(first.channel)
         for motif in group:
             self._check_ranks(motif)
-        nbytes = first.elements * self.element_bytes
-        if nbytes == 0 or len(first.ranks) < 2:
-            return self.dispatch_seconds
+        nbytes = first.nbytes
+        if nbytes == 0:
+            return 0.0
+        fixed = max(self.fixed_seconds(m) for m in group)
+        if len(first.ranks) < 2:
+            return fixed
         ranks = np.asarray([m.ranks for m in group], dtype=np.int64)      # (groups, members)
         if first.kind is Collective.ALL_TO_ALL:
             members = ranks[0]
@@ -102,6 +122,6 @@ class MotifCostModel:
             offsets = np.arange(*first.window)
             src = np.repeat(members, len(offsets))
             dst = members[(np.repeat(np.arange(n), len(offsets)) + np.tile(offsets, n)) % n]
-            return self.dispatch_seconds + model.flows_seconds(src[None, :], dst[None, :], float(nbytes), 1)
+            return fixed + model.flows_seconds(src[None, :], dst[None, :], float(nbytes), 1)
         per_member = nbytes / ranks.shape[1] if first.kind is Collective.ALL_GATHER else nbytes
-        return self.dispatch_seconds + model.step_seconds(first.kind, ranks, per_member)
+        return fixed + model.step_seconds(first.kind, ranks, per_member)

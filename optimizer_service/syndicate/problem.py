@@ -192,6 +192,20 @@ class Problem:
                     for k in (STEADY_WARMUP, STEADY_UNROLL)}
         return (makespan[STEADY_UNROLL] - makespan[STEADY_WARMUP]) / (STEADY_UNROLL - STEADY_WARMUP)
 
+    def steady_seconds_priced(self, cost: MotifCostModel, choice: Sequence[int],
+                              policy: Policy = Policy.CRITICAL_PATH, framework_order: bool = False) -> float:
+        """:meth:`steady_seconds` of ``choice`` with its options priced by ``cost``
+        instead (the same DAG and options; the other options are not priced): what
+        a prediction would be under another model (a fitted parameter left out)."""
+        other = copy.copy(self)
+        other.cost = cost
+        other.templates = [list(templates) for templates in self.templates]
+        for slot, k in enumerate(choice):
+            other.templates[slot][k] = template_of(self.options[slot][k].plan, cost.step_seconds)
+        other._unroll(self.iterations)
+        other._unrolled_over = {self.iterations: other}
+        return other.steady_seconds(choice, policy, framework_order)
+
     # ------------------------------------------------------------------ choices
     def greedy(self, allowed: Callable[[Option], bool] = lambda o: True) -> list[int]:
         """Per op, the allowed option that is fastest alone (ties: the earlier one)."""

@@ -484,6 +484,53 @@ def test_a_known_faster_plan_comes_back_only_after_a_streak_and_a_margin():
     assert restore.to_version == 0 and restore.cause == "restore"
 
 
+def test_restoring_passthrough_after_a_cluster_change_still_searches_for_a_plan_that_beats_both():
+    # B was seen before with passthrough at 0.2 s; back in B the stale v1 measures 0.3 s
+    state = Policy(CFG, "A", running=1, first_done=True, measured={"B": {0: 0.2}}, predicted={1: PREDICTED})
+    state, _ = step(state, ClusterChanged("B"), 0.0)
+    state, actions = feed(state, 0.3, CFG.warmup + CFG.min_samples, version=1)
+    [restore] = of(actions, RollBack)
+    assert restore.to_version == 0 and restore.cause == "restore" and state.due      # the search stays due
+    state, _ = step(state, Committed(2, None, same_as=0), 0.0)
+    state, actions = feed(state, 0.2, 100, version=2)
+    [request] = of(actions, RequestPlan)
+    assert request.trigger == "cluster" and not of(actions, RollBack)
+    state, actions = step(state, SearchDone(request.request, 3, 0.15, running_seconds=0.2), 0.0)
+    [commit] = of(actions, Commit)
+    assert commit.version == 3 and commit.predicted_seconds == pytest.approx(0.15)
+
+
+def rolled_back_to_passthrough(bound: float):
+    """v1 (searched with ``bound``) measured 0.22 s against passthrough's 0.2 s: rolled back, re-installed as v2."""
+    state, request = first_request()
+    state, _ = step(state, SearchDone(request.request, 1, PREDICTED, bound_seconds=bound), 0.0)
+    state, _ = step(state, Committed(1, PREDICTED), 0.0)
+    state, actions = feed(state, 0.22, CFG.warmup + CFG.evaluate, version=1)
+    [rollback] = of(actions, RollBack)
+    assert rollback.to_version == 0 and rollback.cause == "trial"
+    state, _ = step(state, Committed(2, None, same_as=0), 0.0)
+    return state
+
+
+def test_passthrough_far_over_the_bound_after_a_tried_plan_searches_once_more():
+    state = rolled_back_to_passthrough(bound=0.12)         # passthrough 0.2 s is 67 % over the bound
+    state, actions = feed(state, 0.2, 300, version=2)
+    [request] = of(actions, RequestPlan)
+    assert request.trigger == "bound" and "over the lower bound 0.120 s" in request.reason
+    state, actions = step(state, SearchDone(request.request, 3, 0.199, running_seconds=0.2, bound_seconds=0.12), 0.0)
+    assert notes(actions, "not-committed")
+    state, actions = feed(state, 0.2, 1000, version=2)       # once per cluster state: no loop of searches
+    assert not of(actions, RequestPlan)
+    state, actions = step(state, ClusterChanged("B"), 0.0)   # a new state arms it again (after its own search)
+    assert state.bound_done == "A" and state.cluster == "B"
+
+
+def test_passthrough_near_the_bound_is_left_alone():
+    state = rolled_back_to_passthrough(bound=0.19)         # 5 % over the bound: nothing to gain
+    state, actions = feed(state, 0.2, 1000, version=2)
+    assert not of(actions, RequestPlan)
+
+
 # ---------------------------------------------------------------- pause / resume
 def test_pause_cancels_the_search_and_holds_replanning_until_resume():
     state, _ = first_request()
@@ -521,7 +568,7 @@ def test_state_summary_is_json_and_actions_read_as_text():
     assert list(summary) == ["phase", "paused", "cluster", "running", "iterations", "cooldown_left", "median_seconds",
                              "median_wait_fraction", "predicted_seconds", "due", "baseline_seconds",
                              "channel_baseline_seconds", "streaks", "latched", "fruitless", "pending", "trial",
-                             "measured", "config"]
+                             "measured", "bound_seconds", "config"]
     assert summary["pending"] == {"what": "searching", "trigger": "first", "since": 0.0, "request": 1, "version": 0,
                                   "due": ""}
     assert summary["streaks"] == {"slow": 0, "waits": 0, "drift": 0, "channel": 0, "restore": 0}

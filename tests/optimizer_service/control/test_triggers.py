@@ -13,7 +13,7 @@ from optimizer_service.control.triggers import Trigger
 
 
 def test_every_trigger_reads_back_from_its_word():
-    assert {t.value for t in Trigger} == {"cluster", "first", "slow", "waits", "operator", "restore", "trial"}
+    assert {t.value for t in Trigger} == {"cluster", "first", "slow", "waits", "bound", "operator", "restore", "trial"}
     for trigger in Trigger:
         assert Trigger(str(trigger)) is trigger
 
@@ -28,6 +28,9 @@ def test_the_reasons_read_as_before():
     assert Trigger.WAITS.reason(wait="6.0 %", level="5.0 %", streak=10) == (
         "dispatcher waits are 6.0 % of the iteration time (over 5.0 %) for 10 iterations")
     assert Trigger.OPERATOR.reason(reason="") == "an operator asked for a plan"
+    assert Trigger.BOUND.reason(running="v2", median=0.2, over="66.7 %", bound=0.12, cluster="A") == (
+        "v2 measures 0.200 s, 66.7 % over the lower bound 0.120 s of cluster state A: a plan can gain that much; "
+        "searching again with what the tried plan measured")
     assert Trigger.RESTORE.reason(version="v2", seconds=0.2, cluster="B", gain="20.0 %", running="v1",
                                   median=0.25) == ("v2 measured 0.200 s in cluster state B, 20.0 % faster than the "
                                                    "running v1's 0.250 s")
@@ -50,7 +53,7 @@ def test_every_policy_setting_says_why_beside_it():
     [config] = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "PolicyConfig"]
     body = config.body
     settings = [(i, node.target.id) for i, node in enumerate(body) if isinstance(node, ast.AnnAssign)]
-    assert len(settings) == 19
+    assert len(settings) == 20
     for i, name in settings:
         following = body[i + 1] if i + 1 < len(body) else None
         assert isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant) and \

@@ -40,9 +40,9 @@ def test_a_traced_job_is_planned_in_the_worker_process():
 
 def test_the_running_plan_is_priced_alike_fifo_for_passthrough_and_the_plan_itself_when_it_runs():
     topology = load_topology("hgx2-4n").to_yaml()
-    first = planning.search(traces(), topology, budget=0.5, seed=0)
+    first = planning.search(traces(), topology, seed=0)
     assert first.running_seconds == first.fifo_seconds
-    again = planning.search(traces(), topology, budget=0.5, seed=0, running_plan_json=first.plan_json)
+    again = planning.search(traces(), topology, seed=0, running_plan_json=first.plan_json)
     assert again.running_seconds == pytest.approx(first.predicted_seconds)     # same traces, same model
     assert again.to_dict()["running_seconds"] == again.running_seconds
 

@@ -67,3 +67,19 @@ def test_unknown_channels_and_ranks_are_one_line_errors():
         costs.seconds(on_channel(comm_op(Collective.ALL_REDUCE, (0, 4), 8), 2))
     with pytest.raises(InvalidInputError, match="ranks 0..7"):
         costs.seconds(comm_op(Collective.ALL_REDUCE, (0, 9), 8))
+
+
+def test_fixed_costs_per_channel_across_nodes_and_for_the_host_inside_one():
+    costs = MotifCostModel(TWO_NICS, dispatch_seconds=0.0, channel_dispatch={0: 3e-3, 1: 5e-3}, host_dispatch=1e-3)
+    bare = MotifCostModel(TWO_NICS, dispatch_seconds=0.0)
+    across = comm_op(Collective.ALL_REDUCE, (0, 4), MiB)
+    inside = comm_op(Collective.ALL_REDUCE, (0, 1), MiB)
+    assert costs.seconds(across) == pytest.approx(bare.seconds(across) + 3e-3)
+    assert costs.seconds(on_channel(across, 1)) == pytest.approx(bare.seconds(on_channel(across, 1)) + 5e-3)
+    assert costs.seconds(on_channel(inside, 1)) == pytest.approx(bare.seconds(inside) + 1e-3)   # the host's, any channel
+
+
+def test_a_motif_of_no_bytes_costs_nothing():
+    # both runtimes return from an empty motif at once: a P² program's empty slices are free
+    costs = MotifCostModel(TWO_NICS, dispatch_seconds=1e-3)
+    assert costs.seconds(comm_op(Collective.ALL_REDUCE, (0, 4), 0)) == 0.0

@@ -1,0 +1,516 @@
+"""The cost model fitted to the job's own telemetry, online (issue 32, item 3; pure).
+
+What the enforcer records of a running job (:mod:`optimizer_service.plan.trace`)
+times every piece of communication: each planned motif (``motifs``: its
+channel, start and seconds on every rank that ran it) and each op the inner
+backend ran whole (``ops`` not ``enforced``: issued and completed on every
+rank). :func:`fit_telemetry` turns the service's trace window into the
+parameters the search prices with (Syndicate §4.2's physical plan, priced by
+:class:`~optimizer_service.syndicate.motif_cost.MotifCostModel`), per channel
+``c`` for the motifs that cross the network on it, and for the *host* — the
+motifs that stay inside a node, whatever channel they name:
+
+* ``motif_seconds``: the fixed cost of one motif (issuing it on the inner
+  backend, handing it to a thread that waits for a core shared by every rank);
+* ``latency``: how many times the calibrated latency of the channel's links
+  (the host's: the links inside a node) one round of a collective takes
+  (small-message latency; a ring of ``p`` ranks has ``2(p−1)`` rounds);
+* ``rate``: the rate of those links (bytes moved and, inside a node, reduced
+  on shared cores), as ``scale``, measured seconds per modelled second.
+
+:mod:`optimizer_service.syndicate.refit` has the measurements this form comes
+from and applies a fit to a topology; :meth:`TelemetryFit.motif_cost` prices
+with it.
+
+**Samples.** One timed piece of communication is one :class:`Sample`:
+``measured`` is its time from the *last* rank's start to the last rank's end
+(start and end on the ranks' trace clocks, ``started_unix`` + offset; the
+ranks of one host share one clock, synchronised hosts agree to well under a
+millisecond). That is what the scheduler prices: an op starts when its last
+rank is ready (:mod:`optimizer_service.syndicate.trace_dag` reads every
+compute as its slowest rank's) and the next compute waits for its end; a
+rank's own motif time would also count its wait for slower peers, which the
+DAG already has. ``latency`` and ``transfer`` are the calibrated model's
+seconds for the same piece with every link's bandwidth unbounded and with
+every latency 0 (the two terms of P²'s simulator,
+:mod:`optimizer_service.hardware.cost_model`), no fixed cost. A motif is priced
+with the motifs of its plan order that run with it on other ranks (the ∥
+groups of one P² step share a NIC). An op the inner backend ran whole is
+priced as its library default (option 0 of
+:mod:`optimizer_service.syndicate.options`, ``motifs`` the motifs on its
+longest chain: 2 for a ring all-reduce); ops of one group whose spans
+overlap (gloo runs two at once) are one sample, their busy period, with
+their motifs and modelled seconds summed. Nothing of no bytes is a sample:
+both runtimes return from an empty motif at once.
+
+**The fit** (:func:`fit_line`) of ``measured = motifs·motif_seconds +
+latency_scale·latency + scale·transfer``: samples of one shape (motifs and
+three significant digits of each modelled term: the same motif over the
+window's iterations) keep their median, so one stalled iteration moves
+nothing; the medians are fitted by least squares weighted by how many samples
+each has, with non-negative terms, re-weighted (Huber, five rounds) so that a
+shape far off the others counts less. Guards:
+
+* fewer than :data:`MIN_SAMPLES` samples: the calibrated values stay
+  (``fitted`` is empty);
+* terms the shapes cannot tell apart (too few shapes, or shapes whose terms
+  grow together: the weighted, normalised design's smallest singular value
+  under :data:`SEPARABLE` of its largest) are not fitted: the latency first,
+  then the fixed cost, keep their calibrated values and the rest is fitted;
+* a link is never fitted faster than calibrated (``scale >= 1``: the term is
+  fitted as its excess over the calibrated rate, which is the rate measured
+  by ``p2 calibrate``'s probes on a quiet host or the NIC's shaped rate; a job
+  only slows it, and where the fixed cost and the rate trade off against each
+  other, as a ring's rounds and its bytes do, a rate above the NIC's was the
+  fit's artefact: 38 and 43 MB/s for 25 MB/s NICs);
+* ``scale`` is clamped to at most :data:`MAX_SCALE`, the fixed cost to
+  [0, :data:`MAX_MOTIF_SECONDS`] and the latency to
+  [0, :data:`MAX_LATENCY_SCALE`] times calibrated, so one odd window cannot
+  move the model by more than that.
+
+Our reading of what the job cannot say: a channel with no samples of its own
+(passthrough uses channel 0 only) takes what an earlier window of the same
+cluster state fitted for it, if one did (``earlier``: the service keeps each
+search's fit for the cluster state; a plan rolled back to passthrough has
+left its motif times there, and the next search must not forget that a NIC
+was measured slow); else it keeps its calibrated rate and latency and takes
+the median fixed cost of the channels and host that were fitted
+(``shared``): the fixed cost is the host's (issuing, waking threads), not the
+NIC's, and pricing an unmeasured channel's motifs at the calibrated
+microseconds would send traffic to it for no measured reason. The host's fixed
+cost, unmeasured (a job with no collective inside a node runs none in
+passthrough), is shared the same way.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from optimizer_service.hardware.topology import Topology
+from optimizer_service.plan.collective import Collective
+from optimizer_service.plan.dtypes import DTYPE_BYTES, element_bytes
+from optimizer_service.plan.motif import Motif, comm_op
+from optimizer_service.plan.plan import Plan
+from optimizer_service.plan.trace import COMM_KINDS
+from optimizer_service.syndicate.motif_cost import DEFAULT_DISPATCH_SECONDS, MotifCostModel
+from optimizer_service.syndicate.options import options_for
+from optimizer_service.syndicate.problem import template_of
+
+#: Samples a channel (or the host) needs before its values are fitted.
+MIN_SAMPLES = 8
+#: Terms are told apart when the design's smallest singular value is at least this share of its largest.
+SEPARABLE = 0.02
+#: Upper bounds of the fitted scale (measured per modelled second of bytes; its lower bound is 1:
+#: module docstring), fixed cost and latency factor.
+MAX_SCALE = 16.0
+MAX_MOTIF_SECONDS = 0.1
+MAX_LATENCY_SCALE = 1000.0
+#: Significant digits of a sample's modelled terms that name its shape.
+SHAPE_DIGITS = 3
+#: Huber re-weighting rounds of the fit, and its tuning constant (in robust standard deviations).
+ROBUST_ROUNDS, HUBER = 5, 1.345
+#: The fit's terms, in the order they are given up when the data cannot tell them apart (last first).
+TERMS = ("rate", "motif_seconds", "latency")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One timed piece of communication (module docstring): ``channel`` is the
+    channel whose NIC it crossed, None when it stayed inside a node."""
+
+    channel: int | None
+    motifs: int
+    latency: float
+    transfer: float
+    measured: float
+
+
+@dataclass(frozen=True)
+class Line:
+    """``measured ≈ motifs·motif_seconds + latency_scale·latency + scale·transfer``
+    for one channel or the host; ``fitted``: the terms (of :data:`TERMS`) the data
+    set, ``shared``: the fixed cost is the median of the fitted ones, ``earlier``:
+    the values come from an earlier window of the same cluster state (module docstring)."""
+
+    motif_seconds: float
+    latency_scale: float
+    scale: float
+    samples: int
+    fitted: tuple[str, ...] = ()
+    shared: bool = False
+    earlier: bool = False
+
+    @property
+    def how(self) -> str:
+        parts = list(self.fitted) + (["motif_seconds shared"] if self.shared else [])
+        text = ", ".join(parts) if parts else "calibrated"
+        return f"{text} (an earlier window)" if self.earlier else text
+
+    def to_dict(self) -> dict:
+        return {"motif_seconds": self.motif_seconds, "latency_scale": self.latency_scale, "scale": self.scale,
+                "samples": self.samples, "fitted": list(self.fitted), "shared": self.shared, "earlier": self.earlier,
+                "how": self.how}
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> Line:
+        fitted = tuple(str(t) for t in data.get("fitted", ()) if t in TERMS)
+        return cls(float(data["motif_seconds"]), float(data["latency_scale"]), float(data["scale"]),
+                   int(data.get("samples", 0)), fitted, bool(data.get("shared", False)), bool(data.get("earlier")))
+
+
+@dataclass(frozen=True)
+class TelemetryFit:
+    """The fitted parameters of every channel and of the host, over the calibrated
+    ``motif_seconds`` they replace."""
+
+    channels: Mapping[int, Line]
+    host: Line
+    calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS
+
+    @property
+    def samples(self) -> int:
+        return sum(line.samples for line in self.channels.values()) + self.host.samples
+
+    def motif_cost(self, topology: Topology) -> MotifCostModel:
+        """The cost model of ``topology`` (already :func:`~optimizer_service.syndicate.refit.refit`
+        to the fitted rates and latencies) with the fitted fixed costs."""
+        return MotifCostModel(topology, dispatch_seconds=self.calibrated_motif_seconds,
+                              channel_dispatch={c: line.motif_seconds for c, line in self.channels.items()},
+                              host_dispatch=self.host.motif_seconds)
+
+    def parameters(self) -> list[str]:
+        """The parameters that differ from their calibrated values, as ``WHERE TERM``:
+        WHERE ``channel C`` or ``host``, TERM one of :data:`TERMS`."""
+        found = []
+        for where, line in self._lines():
+            for term, value, calibrated in (("motif_seconds", line.motif_seconds, self.calibrated_motif_seconds),
+                                            ("latency", line.latency_scale, 1.0), ("rate", line.scale, 1.0)):
+                if value != calibrated:
+                    found.append(f"{where} {term}")
+        return found
+
+    def without(self, parameter: str) -> TelemetryFit:
+        """This fit with one parameter (a name :meth:`parameters` gives) at its calibrated value."""
+        where, term = parameter.rsplit(" ", 1)
+        reset = {"motif_seconds": {"motif_seconds": self.calibrated_motif_seconds},
+                 "latency": {"latency_scale": 1.0}, "rate": {"scale": 1.0}}[term]
+        if where == "host":
+            return replace(self, host=replace(self.host, **reset))
+        channel = int(where.split()[1])
+        return replace(self, channels={**self.channels, channel: replace(self.channels[channel], **reset)})
+
+    def _lines(self) -> list[tuple[str, Line]]:
+        return [(f"channel {c}", line) for c, line in sorted(self.channels.items())] + [("host", self.host)]
+
+    def to_dict(self, calibrated: Topology) -> dict:
+        """``{"channels": {"C": ENTRY}, "host": ENTRY, "host_motif_seconds", "calibrated_motif_seconds"}``,
+        ENTRY ``{motif_seconds, rate_bytes_per_s, round_seconds, samples, how, scale, latency_scale,
+        calibrated_rate_bytes_per_s, calibrated_round_seconds}``: the rate of the links the values apply
+        to (the slowest, None without such links) and the latency of one round over them, and the
+        line's own fields (``fitted``, ``shared``, ``earlier``: :meth:`Line.to_dict`)."""
+        def entry(line: Line, links: Sequence) -> dict:
+            rate = min((link.bandwidth for link in links), default=None)
+            latency = max((link.latency for link in links), default=None)
+            return {**line.to_dict(), "rate_bytes_per_s": None if rate is None else rate / line.scale,
+                    "calibrated_rate_bytes_per_s": rate,
+                    "round_seconds": None if latency is None else latency * line.latency_scale,
+                    "calibrated_round_seconds": latency}
+
+        channels = {str(c): entry(line, nic_links(calibrated, c)) for c, line in sorted(self.channels.items())}
+        return {"channels": channels,
+                "host": entry(self.host, host_links(calibrated)), "host_motif_seconds": self.host.motif_seconds,
+                "calibrated_motif_seconds": self.calibrated_motif_seconds}
+
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> TelemetryFit:
+        """A fit :meth:`to_dict` wrote (the service keeps it between searches)."""
+        return cls({int(c): Line.from_dict(entry) for c, entry in data["channels"].items()},
+                   Line.from_dict(data["host"]), float(data["calibrated_motif_seconds"]))
+
+
+def nic_links(topology: Topology, channel: int) -> tuple:
+    """The links of channel ``channel`` that its traffic between nodes crosses."""
+    return tuple(link for link in topology.links_at(0, channel) if link.channel == channel)
+
+
+def host_links(topology: Topology) -> tuple:
+    """The links inside a node (none on a one-level topology: every link joins nodes)."""
+    if len(topology.levels) < 2:
+        return ()
+    outer = topology.levels[0].name
+    return tuple(link for link in topology.links if outer not in link.levels)
+
+
+# ----------------------------------------------------------------------- the fit
+def fit_line(samples: Sequence[Sample], calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS) -> Line:
+    """The robust fit of one channel's (or the host's) samples (module docstring)."""
+    usable = [s for s in samples if s.motifs > 0 and s.latency + s.transfer > 0 and s.measured >= 0]
+    if len(usable) < MIN_SAMPLES:
+        return Line(calibrated_motif_seconds, 1.0, 1.0, len(usable))
+    shapes: dict[tuple, list[Sample]] = {}
+    for s in usable:
+        shapes.setdefault((s.motifs, f"{s.latency:.{SHAPE_DIGITS}g}", f"{s.transfer:.{SHAPE_DIGITS}g}"), []).append(s)
+    rows = np.array([[group[0].motifs, statistics.median(s.latency for s in group),
+                      statistics.median(s.transfer for s in group)] for group in shapes.values()])
+    measured = np.array([statistics.median(s.measured for s in group) for group in shapes.values()])
+    counts = np.array([len(group) for group in shapes.values()], dtype=float)
+    defaults = {"motif_seconds": calibrated_motif_seconds, "latency": 1.0, "rate": 1.0}
+    column = {"motif_seconds": 0, "latency": 1, "rate": 2}
+    for fitted in (TERMS, TERMS[:2], TERMS[:1]):
+        free = [column[t] for t in fitted]
+        if _separable(rows[:, free], counts):
+            break
+    else:
+        return Line(calibrated_motif_seconds, 1.0, 1.0, len(usable))
+    # The rate's term is fitted as its excess over the calibrated rate (scale = 1 + excess, excess >= 0).
+    known = rows[:, column["rate"]] + sum(rows[:, column[t]] * defaults[t] for t in TERMS
+                                          if t not in fitted and t != "rate")
+    coef = dict(zip(fitted, _robust_nonnegative(rows[:, free], measured - known, counts)))
+    values = {**defaults, **coef, "rate": 1.0 + coef.get("rate", 0.0)}
+    return Line(_clamp(values["motif_seconds"], 0.0, MAX_MOTIF_SECONDS),
+                _clamp(values["latency"], 0.0, MAX_LATENCY_SCALE), _clamp(values["rate"], 1.0, MAX_SCALE),
+                len(usable), tuple(t for t in TERMS if t in fitted))
+
+
+def _separable(design: np.ndarray, weights: np.ndarray) -> bool:
+    """Whether the columns of ``design`` (one row per shape) can be told apart."""
+    if design.shape[0] < design.shape[1]:
+        return False
+    weighted = design * np.sqrt(weights)[:, None]
+    norms = np.linalg.norm(weighted, axis=0)
+    if (norms <= 0).any():
+        return False
+    singular = np.linalg.svd(weighted / norms, compute_uv=False)
+    return bool(singular[-1] >= SEPARABLE * singular[0])
+
+
+def _nonnegative(design: np.ndarray, target: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Weighted least squares with every coefficient >= 0 (every subset of the few
+    columns tried; the best feasible one)."""
+    root = np.sqrt(weights)
+    a, b = design * root[:, None], target * root
+    best, best_error = np.zeros(design.shape[1]), float(b @ b)
+    for size in range(1, design.shape[1] + 1):
+        for subset in itertools.combinations(range(design.shape[1]), size):
+            solved, *_ = np.linalg.lstsq(a[:, subset], b, rcond=None)
+            if (solved < 0).any():
+                continue
+            coef = np.zeros(design.shape[1])
+            coef[list(subset)] = solved
+            error = float(np.sum((a @ coef - b) ** 2))
+            if error < best_error - 1e-18:
+                best, best_error = coef, error
+    return best
+
+
+def _robust_nonnegative(design: np.ndarray, target: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """:func:`_nonnegative`, Huber re-weighted (module docstring)."""
+    weights = counts
+    coef = _nonnegative(design, target, weights)
+    for _ in range(ROBUST_ROUNDS):
+        residual = target - design @ coef
+        spread = 1.4826 * float(np.median(np.abs(residual - np.median(residual))))
+        if spread <= 0:
+            break
+        limit = HUBER * spread
+        weights = counts * np.minimum(1.0, limit / np.maximum(np.abs(residual), 1e-300))
+        coef = _nonnegative(design, target, weights)
+    return coef
+
+
+def _clamp(value: float, low: float, high: float) -> float:
+    return float(min(high, max(low, value)))
+
+
+def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
+                calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS,
+                prior: TelemetryFit | None = None) -> TelemetryFit:
+    """Fit every channel of ``channels`` and the host; one the window cannot fit
+    takes ``prior``'s values for it (an earlier window of the same cluster state)
+    where that fitted any, and the fixed cost is shared where neither did
+    (module docstring)."""
+    def fitted(line: Line, earlier: Line | None) -> Line:
+        if line.fitted or earlier is None or not earlier.fitted:
+            return line
+        return replace(earlier, samples=line.samples, shared=False, earlier=True)
+
+    before = prior.channels if prior is not None else {}
+    lines = {c: fitted(fit_line([s for s in samples if s.channel == c], calibrated_motif_seconds), before.get(c))
+             for c in channels}
+    host = fitted(fit_line([s for s in samples if s.channel is None], calibrated_motif_seconds),
+                  prior.host if prior is not None else None)
+    fitted = [line.motif_seconds for line in (*lines.values(), host) if "motif_seconds" in line.fitted]
+    if fitted:
+        shared = statistics.median(fitted)
+
+        def share(line: Line) -> Line:
+            return line if "motif_seconds" in line.fitted else replace(line, motif_seconds=shared, shared=True)
+
+        lines, host = {c: share(line) for c, line in lines.items()}, share(host)
+    return TelemetryFit(lines, host, calibrated_motif_seconds)
+
+
+def fit_telemetry(topology: Topology, traces: Sequence[Mapping], plan: Plan | None = None,
+                  prior: TelemetryFit | None = None) -> TelemetryFit:
+    """The fit of ``topology``'s channels and host to a trace window: the running
+    ``plan``'s motif records (if one runs) and every op the inner backend ran whole;
+    ``prior``: the fit of an earlier window of the same cluster state (:func:`fit_samples`)."""
+    samples = passthrough_samples(topology, traces)
+    if plan is not None and plan.ops:
+        samples += motif_samples(topology, plan, traces)
+    return fit_samples(samples, topology.channels, prior=prior)
+
+
+def effects(fit: TelemetryFit, price: Callable[[TelemetryFit], float]) -> list[dict]:
+    """Each fitted parameter's effect on a prediction: ``price`` of ``fit`` with that
+    parameter at its calibrated value (``{"parameter", "predicted_seconds_without"}``)."""
+    return [{"parameter": name, "predicted_seconds_without": price(fit.without(name))} for name in fit.parameters()]
+
+
+# ----------------------------------------------------------------------- samples
+class _Terms:
+    """The calibrated model's two terms of a motif: latency alone, bytes alone."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        unbounded = tuple(replace(link, bandwidth=1e30, reduction=0.0) for link in topology.links)
+        instant = tuple(replace(link, latency=0.0) for link in topology.links)
+        self.latency = MotifCostModel(replace(topology, links=unbounded), dispatch_seconds=0.0)
+        self.transfer = MotifCostModel(replace(topology, links=instant), dispatch_seconds=0.0)
+        node = topology.devices_per_instance(0)
+        self.node = lambda rank: rank // node
+
+    def of(self, motifs: tuple[Motif, ...]) -> tuple[float, float]:
+        if len({m.kind for m in motifs}) > 1:
+            each = [self.of((m,)) for m in motifs]
+            return max(a for a, _ in each), max(b for _, b in each)
+        return self.latency.step_seconds(motifs), self.transfer.step_seconds(motifs)
+
+    def crosses(self, ranks: Sequence[int]) -> bool:
+        return len({self.node(r) for r in ranks}) > 1
+
+
+def _span(ends: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """From the last start to the last end."""
+    return max(start for start, _ in ends), max(end for _, end in ends)
+
+
+def _running(trace: Mapping, version: int) -> tuple[int, float] | None:
+    """The iterations ``[first, end)`` of ``trace`` that ran plan ``version``: from
+    its last switch to it to the next switch (all of them when the trace lists no
+    switches: a plan file enforced from the start); None if it never ran it."""
+    switches = sorted((int(s["iteration"]), int(s.get("version", -1))) for s in trace.get("switches") or ())
+    if not switches:
+        return 0, float("inf")
+    starts = [k for k, (_, v) in enumerate(switches) if v == version]
+    if not starts:
+        return None
+    k = starts[-1]
+    return switches[k][0], switches[k + 1][0] if k + 1 < len(switches) else float("inf")
+
+
+def motif_samples(topology: Topology, plan: Plan, traces: Sequence[Mapping]) -> list[Sample]:
+    """One sample per motif run (iteration, plan order, channel, ranks) that every
+    one of its ranks recorded, on the iterations each rank ran ``plan``."""
+    terms = _Terms(topology)
+    together: dict[tuple[int, int], list[Motif]] = {}       # (order, channel) -> the motifs run at once
+    for op in plan.ops:
+        for motif, order in zip(op.motifs, op.order):
+            if motif.channel in topology.channels:
+                together.setdefault((order, motif.channel), []).append(
+                    replace(motif, ranks=tuple(op.key.group[p] for p in motif.ranks)))
+    mine: dict[tuple[int, int, int], Motif] = {}           # (rank, order, channel) -> its motif
+    modelled: dict[tuple[int, int], tuple[float, float]] = {}
+    for (order, channel), motifs in together.items():
+        modelled[order, channel] = terms.of(tuple(motifs))
+        for motif in motifs:
+            if motif.nbytes:
+                mine.update({(rank, order, channel): motif for rank in motif.ranks})
+    runs: dict[tuple, list[tuple[float, float]]] = {}
+    for trace in traces:
+        rank, base = int(trace.get("rank", -1)), float(trace.get("started_unix", 0.0))
+        running = _running(trace, plan.version)
+        if running is None:
+            continue
+        first, end = running
+        for record in trace.get("motifs", ()):
+            order, channel, iteration = int(record["order"]), int(record["channel"]), int(record["iteration"])
+            motif = mine.get((rank, order, channel))
+            if motif is None or not first <= iteration < end:
+                continue
+            start = base + float(record["start"])
+            runs.setdefault((iteration, order, channel, motif.ranks), []).append(
+                (start, start + float(record["seconds"])))
+    samples = []
+    for (_, order, channel, ranks), ends in sorted(runs.items()):
+        if len(ends) != len(ranks):
+            continue
+        latency, transfer = modelled[order, channel]
+        start, end = _span(ends)
+        samples.append(Sample(channel if terms.crosses(ranks) else None, 1, latency, transfer, end - start))
+    return samples
+
+
+def passthrough_samples(topology: Topology, traces: Sequence[Mapping]) -> list[Sample]:
+    """Samples of the ops the inner backend ran whole (not enforced), each recorded
+    complete by every rank of its group (module docstring: busy periods); they
+    crossed channel 0's NIC or stayed inside a node."""
+    terms = _Terms(topology)
+    runs: dict[tuple, list[tuple[float, float]]] = {}
+    for trace in traces:
+        base = float(trace.get("started_unix", 0.0))
+        for op in trace.get("ops", ()):
+            if (op.get("enforced") or op["kind"] not in COMM_KINDS or op.get("completed") is None
+                    or int(op["iteration"]) < 0):
+                continue
+            key = (int(op["iteration"]), int(op["seq"]), op["kind"], int(op["bytes"]),
+                   tuple(int(g) for g in op["group"]), str(op.get("dtype", "float32")), int(op.get("root", 0)))
+            runs.setdefault(key, []).append((base + float(op["issued"]), base + float(op["completed"])))
+    priced: dict[tuple, tuple[int, float, float]] = {}
+    spans: dict[tuple[int, ...], list[tuple[float, float, int, float, float]]] = {}
+    for key, ends in runs.items():
+        _, _, kind, nbytes, group, dtype, root = key
+        if len(ends) != len(group) or len(group) < 2 or nbytes == 0:
+            continue
+        if key[2:] not in priced:
+            priced[key[2:]] = _library_default(terms, kind, nbytes, group, dtype, root)
+        spans.setdefault(group, []).append((*_span(ends), *priced[key[2:]]))
+    samples = []
+    for group, found in sorted(spans.items()):
+        channel = 0 if terms.crosses(group) else None
+        busy: list | None = None
+        for start, end, motifs, latency, transfer in sorted(found):
+            if busy is not None and start < busy[1]:
+                busy = [busy[0], max(busy[1], end), busy[2] + motifs, busy[3] + latency, busy[4] + transfer]
+                continue
+            if busy is not None:
+                samples.append(Sample(channel, busy[2], busy[3], busy[4], busy[1] - busy[0]))
+            busy = [start, end, motifs, latency, transfer]
+        if busy is not None:
+            samples.append(Sample(channel, busy[2], busy[3], busy[4], busy[1] - busy[0]))
+    return samples
+
+
+def _library_default(terms: _Terms, kind: str, nbytes: int, group: tuple[int, ...], dtype: str,
+                     root: int) -> tuple[int, float, float]:
+    """``(motifs on the longest chain, latency, transfer)`` of a traced op's first
+    option on channel 0 (what the inner backend runs), built as the trace DAG builds it."""
+    collective = COMM_KINDS[kind]
+    if collective is Collective.BROADCAST and 0 <= root < len(group):
+        group = group[root:] + group[:root]
+    known = dtype if dtype in DTYPE_BYTES else ""
+    blocks = len(group) if collective is Collective.ALL_TO_ALL else 1
+    op = comm_op(collective, group, -(-nbytes // (element_bytes(known) * blocks)), element_bytes(known))
+    plan = options_for(op, terms.topology, (0,))[0].plan
+    latency = template_of(plan, terms.latency.step_seconds)
+    transfer = template_of(plan, terms.transfer.step_seconds)
+    chain: list[int] = []
+    for before in latency.after:
+        chain.append(1 + max((chain[b] for b in before), default=0))
+    return max(chain, default=1), latency.isolated, transfer.isolated
