@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from optimizer_service.catalog import load_topology
-from optimizer_service.cli.optimize_render import document, gantt, legend, table
+from optimizer_service.cli.optimize_render import bound_line, document, gantt, legend, table
 from optimizer_service.cli.params import read_trace, replace_file, write_json
 from optimizer_service.cli.pipeline_workload import (
     DEFAULT_MICROBATCHES,
@@ -69,7 +69,10 @@ def optimize(settings: Settings, workload: str | None, traces: tuple[Path, ...],
     Each row gives the iteration time (two unrolled iterations' makespan over
     two: what the search minimises), the compute idle share, and the steady
     state (per iteration once a job runs, as the paper measures), with
-    speedups over BS+. The pipeline workloads (pipeline-gpt,
+    speedups over BS+, then Syndicate's prediction beside the lower bound on
+    the iteration time (the compute critical path, the busiest compute stream,
+    every NIC's bytes at the best split; ``--json``: ``bound_iteration_seconds``
+    and ``bound``). The pipeline workloads (pipeline-gpt,
     pipeline-u-transformer) give each stage a compute stream of its own and
     plan every boundary's resharding with the resharding planner."""
     pipeline = is_pipeline_workload(workload)
@@ -108,10 +111,11 @@ def optimize(settings: Settings, workload: str | None, traces: tuple[Path, ...],
     if not quiet:
         click.echo(table(problem, results))
         say(legend(problem))
+        click.echo(bound_line(results, job.bound))
         if measured is not None:
             click.echo(f"measured iteration in the trace: {measured * 1e3:.3f} ms")
     if json_out is not None:
-        data = document(problem, results, plan, topology.name, seed, budget)
+        data = document(problem, results, plan, job.bound, topology.name, seed, budget)
         if measured is not None:
             data["measured_iteration_seconds"] = measured
         write_json(data, json_out)

@@ -1,5 +1,7 @@
-"""What ``p2 optimize`` prints and writes: the comparison table, the JSON
-document, and a Gantt chart of each system's iteration (Syndicate Figure 15)."""
+"""What ``p2 optimize`` prints and writes: the comparison table, the plan's
+predicted time beside the lower bound on the job's iteration time
+(:mod:`optimizer_service.syndicate.bound`, issue 32 item 6), the JSON document,
+and a Gantt chart of each system's iteration (Syndicate Figure 15)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 
 from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.baselines import SystemResult
+from optimizer_service.syndicate.bound import Bound
 from optimizer_service.syndicate.problem import Problem
 from optimizer_service.syndicate.scheduler import COMPUTE, channel_and_lane, stream_of
 
@@ -37,13 +40,22 @@ def table(problem: Problem, results: list[SystemResult]) -> str:
     return "\n".join(lines)
 
 
+def bound_line(results: list[SystemResult], bound: Bound) -> str:
+    """Syndicate's predicted iteration (what its plan carries) beside the lower bound, and their ratio."""
+    chosen = results[-1]
+    ratio = f"{chosen.seconds / bound.seconds:.2f}x" if bound.seconds > 0 else "-"
+    return f"{chosen.name} predicts {chosen.seconds * 1e3:.3f} ms per iteration, {ratio} the lower bound: {bound}"
+
+
 def chosen_options(problem: Problem, result: SystemResult) -> list[dict]:
     return [{"op": problem.dag.nodes[node].name, "option": problem.options[slot][result.choice[slot]].name}
             for slot, node in enumerate(problem.comm_nodes)]
 
 
-def document(problem: Problem, results: list[SystemResult], plan: Plan, topology_name: str, seed: int,
-             budget: float) -> dict:
+def document(problem: Problem, results: list[SystemResult], plan: Plan, bound: Bound, topology_name: str,
+             seed: int, budget: float) -> dict:
+    """The JSON of ``p2 optimize``: every system, the search, the plan, and the lower bound on the
+    iteration time (``bound_iteration_seconds``, and ``bound``: its terms and what binds)."""
     reference = baseline(results)
     chosen = results[-1]
     search = chosen.search
@@ -68,6 +80,8 @@ def document(problem: Problem, results: list[SystemResult], plan: Plan, topology
                    "stopped_by": search.stopped_by if search else None,
                    "start_iteration_seconds": search.start_seconds if search else None},
         "plan": plan_to_dict(plan),
+        "bound_iteration_seconds": bound.seconds,
+        "bound": bound.to_dict(),
     }
 
 

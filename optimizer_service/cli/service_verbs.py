@@ -21,6 +21,7 @@ from optimizer_service.cli.service_render import (
     job_dict,
     job_text,
     jobs_table,
+    latest_search,
     plan_dict,
     plan_text,
     plans_table,
@@ -67,7 +68,8 @@ from p2.v1 import optimizer_pb2 as api
 @click.option("--topology", "topology", metavar="NAME|FILE",
               help="Topology for jobs whose ranks name none with P2_TOPOLOGY (a preset or a YAML file).")
 @click.option("--search-budget", type=click.FloatRange(min=0.1, max=3600), default=5.0, show_default=True,
-              metavar="SECONDS", help="Search time per searching system when a live job is planned.")
+              metavar="SECONDS", help="How long a live job's search may take before it is stopped (plus a "
+              "minute's grace); the search itself stops by its evaluations, so the same traces give the same plan.")
 @click.option("--policy", "policy_items", multiple=True, metavar="KEY=VALUE",
               help="Replanning policy setting, e.g. --policy first_plan_after=30 --policy min_gain=0.1 "
               "(names and defaults: 'p2 serve --policy help').")
@@ -181,8 +183,17 @@ def jobs_list(settings: Settings, limit: int | None, page_size: int, json_out: s
 @click.option("--json", "json_out", metavar="OUT", help="Write the job as JSON ('-' for stdout).")
 @click.pass_obj
 def jobs_show(settings: Settings, job_id: str, json_out: str | None, **options) -> None:
-    """One job: every rank, its host, backend, plan and iteration."""
-    job = job_dict(_client(settings, options).call("GetJob", api.GetJobRequest(job_id=job_id)))
+    """One job: every rank, its host, backend, plan and iteration; then passthrough's
+    and every plan's iteration times, predicted and measured, beside the lower bound
+    on the job's iteration time, and their ratios to it; then the model the latest
+    search fitted to the job's telemetry (per channel and for the host: ms per
+    motif, ms per round, MB/s, beside the calibrated values) and what the
+    prediction would be without each fitted value."""
+    client = _client(settings, options)
+    reply = client.call("GetJob", api.GetJobRequest(job_id=job_id))
+    job = {**job_dict(reply), **latest_search(reply)}
+    job["plans"] = [plan_dict(record, with_plan=False)
+                    for record in client.call("ListPlans", api.ListPlansRequest(job_id=job_id)).plans]
     if json_out is not None:
         write_json(job, json_out)
     if json_out != "-":

@@ -4,8 +4,10 @@
 in the same process and event loop as the gRPC server:
 
 * ``/`` the jobs, ``/jobs/{job}`` one job live (iteration-time chart with plan
-  switches and replanning events, ranks, dispatcher waits, plans, the event
-  log, the token-guarded controls), ``/jobs/{job}/plans/{v}`` a plan (motifs
+  switches and replanning events, ranks, dispatcher waits, plans and passthrough
+  with predicted and measured times beside the lower bound on the iteration
+  time, the model the latest search fitted to the job's telemetry with each fitted
+  value's effect, the event log, the token-guarded controls), ``/jobs/{job}/plans/{v}`` a plan (motifs
   and predicted costs, predicted vs measured Gantt, 2PC per rank, the diff),
   ``/topology``, ``/explore`` (the P² explorer);
 * ``/api/...`` the JSON behind every page (OpenAPI at ``/docs``);

@@ -299,7 +299,8 @@ PLAN_SCHEMA = {"type": "object", "description": "A plan document (p2enforcer-pla
                               "version": {"type": "integer"}, "world_size": {"type": "integer", "minimum": 1},
                               "ops": {"type": "array", "items": {"type": "object"}},
                               "channels": {"type": "object"}, "topology": {"type": ["string", "null"]},
-                              "predicted_iteration_seconds": {"type": ["number", "null"]}}}
+                              "predicted_iteration_seconds": {"type": ["number", "null"]},
+                              "bound_iteration_seconds": {"type": ["number", "null"]}}}
 
 
 def _parse_plan(body: bytes) -> Plan:

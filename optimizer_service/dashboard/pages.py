@@ -20,14 +20,17 @@ from optimizer_service.dashboard.auth import COOKIE, AuthError
 from optimizer_service.dashboard.sessions import LIFETIME_SECONDS, csrf_matches
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.service import explore as explorer
-from optimizer_service.service import requests
+from optimizer_service.service import requests, search_view
 
 HERE = FilePath(__file__).resolve().parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["sparkline"] = svg.sparkline
 templates.env.filters["ms"] = lambda s: views.duration(s)
 templates.env.filters["pct"] = lambda r: "–" if r is None else f"{r * 100:+.0f} %"
+templates.env.filters["times"] = lambda r: "–" if r is None else f"{r:.2f}×"
+templates.env.filters["rate"] = views.rate
 templates.env.globals["ago"] = views.ago
+templates.env.globals["fit_rows"] = search_view.fit_rows
 
 router = APIRouter(include_in_schema=False)
 MAX_LOGIN_FORM = 8 * 1024

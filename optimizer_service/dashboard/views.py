@@ -10,7 +10,8 @@ import time
 from optimizer_service.dashboard import plan_reading
 from optimizer_service.dashboard.offload import Offloader
 from optimizer_service.service.core import ServiceCore
-from optimizer_service.service.jobs import Job, PlanState
+from optimizer_service.service import search_view
+from optimizer_service.service.jobs import Job, PlanState, ratio_to_bound
 
 SPARKLINE = 60              # iterations in a jobs-page sparkline
 TELEMETRY_PAGE = 1_000      # iterations one telemetry answer carries at most
@@ -25,7 +26,9 @@ def _policy(core: ServiceCore, job: Job):
 
 def job_summary(core: ServiceCore, job: Job) -> dict:
     """One row of the jobs page. ``iteration_seconds`` and ``measured_seconds`` are the
-    job's one measured iteration time (:meth:`ServiceCore.iteration_time`)."""
+    job's one measured iteration time (:meth:`ServiceCore.iteration_time`);
+    ``bound_iteration_seconds`` the lower bound beside the running plan and
+    ``ratio_to_bound`` measured / bound (:meth:`ServiceCore.prediction`)."""
     measured = core.iteration_time(job)
     expected = core.prediction(job, measured)
     history = list(job.live.history)
@@ -39,6 +42,8 @@ def job_summary(core: ServiceCore, job: Job) -> dict:
             "iteration_seconds": measured.seconds,
             "predicted_seconds": expected["predicted_seconds"], "measured_seconds": expected["measured_seconds"],
             "prediction_error_ratio": expected["error_ratio"],
+            "bound_iteration_seconds": expected["bound_iteration_seconds"],
+            "ratio_to_bound": expected["ratio_to_bound"],
             "sparkline": [round(it.seconds, 6) for it in history[-SPARKLINE:]],
             "lagging": len(job.live.lagging(connected, now)),
             "replanning": None if policy is None else {"phase": policy.phase, "paused": policy.paused},
@@ -52,7 +57,9 @@ def jobs_page(core: ServiceCore, limit: int, after: str) -> dict:
 
 
 def job_detail(core: ServiceCore, job: Job) -> dict:
-    """The job page: the summary, every rank, dispatcher waits, plans, the policy."""
+    """The job page: the summary, every rank, dispatcher waits, plans, passthrough's times
+    (:func:`passthrough`), the policy, and the latest search's fitted model and bound
+    (``fit``, ``bound``, ``search_version``: :func:`optimizer_service.service.search_view.latest_search`)."""
     now = core.clock()
     connected = {rank for rank, info in job.ranks.items() if info.connected}
     lagging = job.live.lagging(connected, now)
@@ -74,18 +81,31 @@ def job_detail(core: ServiceCore, job: Job) -> dict:
             "topology": job.topology if PRESET_NAME.fullmatch(job.topology) else "(YAML from the ranks)",
             "ranks": ranks, "waits": job.live.wait_table()[:200],
             "plans": [plan_state(state) for state in sorted(job.plans.values(), key=lambda p: p.version)],
+            "passthrough": passthrough(job),
             "policy": None if policy is None else policy.to_dict(),
             "topology_error": None if policy is None else core.replanner.topology_error(job.job_id) or None,
-            "now_unix": now}
+            **search_view.latest_search(job.latest_search), "now_unix": now}
 
 
 def plan_state(state: PlanState) -> dict:
-    """A plan's record: its two-phase commit (per rank), origin, predicted and measured time."""
+    """A plan's record: its two-phase commit (per rank), origin, predicted and measured time,
+    the lower bound its search computed (``bound_iteration_seconds``), measured / bound
+    (``ratio_to_bound``) and predicted / bound (``predicted_ratio_to_bound``)."""
     data = state.to_dict()
     data["state"] = state.state
     data["ranks"] = [{"rank": rank, "state": value[0], "reason": value[1]}
                      for rank, value in sorted(state.ranks.items())]
+    data["ratio_to_bound"] = ratio_to_bound(state.measured_seconds, state.bound_seconds)
+    data["predicted_ratio_to_bound"] = ratio_to_bound(state.predicted_seconds, state.bound_seconds)
     return data
+
+
+def passthrough(job: Job) -> dict:
+    """Passthrough's (version 0, no plan) times with the fields of a plan's: its measured median
+    while it ran, no prediction, and as its bound the first search's (:attr:`Job.passthrough_bound_seconds`)."""
+    measured, bound = job.passthrough_measured_seconds, job.passthrough_bound_seconds
+    return {"version": 0, "predicted_seconds": None, "measured_seconds": measured, "bound_iteration_seconds": bound,
+            "ratio_to_bound": ratio_to_bound(measured, bound), "predicted_ratio_to_bound": None}
 
 
 def telemetry(core: ServiceCore, job: Job, since: int) -> dict:
@@ -181,3 +201,11 @@ def duration(seconds: float | None) -> str:
     if seconds >= 1:
         return f"{seconds:.2f} s"
     return f"{seconds * 1e3:.1f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.0f} µs"
+
+
+def rate(bytes_per_second: float | None) -> str:
+    """``16.7 MB/s``, ``1000 MB/s`` (three significant digits, whole from 100 on); ``–`` for none."""
+    if bytes_per_second is None:
+        return "–"
+    mb = bytes_per_second / 1e6
+    return f"{mb:.0f} MB/s" if mb >= 100 else f"{mb:.3g} MB/s"

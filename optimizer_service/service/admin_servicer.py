@@ -44,7 +44,9 @@ def _errors(method):
     return wrapper
 
 
-def job_to_proto(job: Job) -> api.Job:
+def job_to_proto(job: Job, with_search: bool = False) -> api.Job:
+    """The job as ``p2.v1.Job``; ``with_search``: with its latest search's decision as JSON
+    (GetJob's; ListJobs leaves it out: a search's document is kilobytes)."""
     ranks = [api.RankInfo(rank=rank, host=info.host, local_rank=info.local_rank, backend=info.backend,
                           torch_version=info.torch_version, enforcer_version=info.enforcer_version,
                           connected=info.connected, running_version=info.running_version, iteration=info.iteration,
@@ -52,7 +54,11 @@ def job_to_proto(job: Job) -> api.Job:
              for rank, info in sorted(job.ranks.items())]
     return api.Job(job_id=job.job_id, world_size=job.world_size, state=_JOB_STATES[job.state], ranks=ranks,
                    committed_version=job.coordinator.committed, epoch=job.coordinator.epoch,
-                   created_unix=job.created_unix, switch_every=job.switch_every)
+                   created_unix=job.created_unix, switch_every=job.switch_every,
+                   passthrough_measured_seconds=job.passthrough_measured_seconds,
+                   passthrough_bound_seconds=job.passthrough_bound_seconds,
+                   latest_search=json.dumps(job.latest_search, separators=(",", ":"))
+                   if with_search and job.latest_search is not None else "")
 
 
 def plan_record(job_id: str, state: PlanState, plan: Plan | None = None) -> api.PlanRecord:
@@ -60,7 +66,9 @@ def plan_record(job_id: str, state: PlanState, plan: Plan | None = None) -> api.
                             reason=state.reason, submitted_unix=state.submitted_unix, decided_unix=state.decided_unix,
                             switch_iteration=state.switch_iteration, epoch=state.epoch,
                             ranks=[api.RankPlanState(rank=rank, state=value[0], reason=value[1])
-                                   for rank, value in sorted(state.ranks.items())])
+                                   for rank, value in sorted(state.ranks.items())],
+                            predicted_seconds=state.predicted_seconds, measured_seconds=state.measured_seconds,
+                            bound_iteration_seconds=state.bound_seconds)
     if plan is not None:
         record.plan.CopyFrom(plan_to_proto(plan))
     return record
@@ -90,7 +98,7 @@ class OptimizerServicer(optimizer_pb2_grpc.OptimizerServicer):
 
     @_errors
     async def GetJob(self, request, context):
-        return job_to_proto(self.core.job(request.job_id))
+        return job_to_proto(self.core.job(request.job_id), with_search=True)
 
     @_errors
     async def SubmitPlan(self, request, context):

@@ -37,7 +37,7 @@ from optimizer_service.service.driver import CoordinatorDriver
 from optimizer_service.service.errors import NotFoundError, RefusedError
 from optimizer_service.service.events import EventBus
 from optimizer_service.service.iteration_time import IterationTime, of_history, of_policy
-from optimizer_service.service.jobs import LIVE, Job, PlanState, RankInfo, RankSession
+from optimizer_service.service.jobs import LIVE, Job, PlanState, RankInfo, RankSession, ratio_to_bound
 from optimizer_service.service.live import JobIteration, channel_waits, op_counts
 from optimizer_service.service.planning import usable_topology
 from optimizer_service.service.replanning import ReplanConfig, Replanner
@@ -50,6 +50,11 @@ from p2.v1 import enforcer_link_pb2 as link
 log = logging.getLogger("p2.service")
 
 DEFAULT_MAX_JOBS = 1_000
+#: A job's newest stored decisions read back at start for its latest search (:attr:`Job.latest_search`;
+#: a search takes a handful of decisions: one further back shows again after the job's next search).
+RECOVERED_DECISIONS = 200
+#: The decision kind of a search (its details carry ``search``: the outcome with its fit and bound).
+SEARCHED = "searched"
 
 
 class ServiceCore:
@@ -98,6 +103,9 @@ class ServiceCore:
     async def start(self) -> None:
         await self.worker.open()
         await self.driver.start()
+        for job in self.jobs.values():
+            decisions = await self.worker.run(self.store.recent_events, job.job_id, RECOVERED_DECISIONS)
+            job.latest_search = next((d for d in reversed(decisions) if d.get("kind") == SEARCHED), None)
         log.info("service: epoch %d, store %s, %d job(s) recovered", self.epoch, self.store.url, len(self.jobs))
         self._ticker = asyncio.get_running_loop().create_task(self._tick_loop())
 
@@ -370,7 +378,8 @@ class ServiceCore:
             stored = StoredPlan(job_id, version, plan.to_json(), self.clock())
             await self.worker.write(job, self.store.add_plan, job_id, version, stored.plan_json, stored.submitted_unix)
             job.plans[version] = PlanState(version, stored.submitted_unix, origin=origin,
-                                           predicted_seconds=predicted_seconds, dirty=bool(origin))
+                                           predicted_seconds=predicted_seconds,
+                                           bound_seconds=plan.bound_iteration_seconds, dirty=bool(origin))
             await self.driver.adopt(job, state, actions)
             return job.plans[version], stored
 
@@ -385,7 +394,7 @@ class ServiceCore:
         now = self.clock()
         await self.worker.write(job, self.store.add_plan, job_id, version, plan.to_json(), now)
         state = job.plans[version] = PlanState(version, now, origin=origin, predicted_seconds=predicted_seconds,
-                                               dirty=True)
+                                               bound_seconds=plan.bound_iteration_seconds, dirty=True)
         return state
 
     async def submit_stored(self, job_id: str, version: int) -> None:
@@ -488,6 +497,8 @@ class ServiceCore:
             if state is not None and measured.seconds is not None:
                 state.measured_seconds, state.measured_iterations = measured.seconds, measured.iterations
                 state.dirty = True
+            elif measured.version == 0 and measured.seconds is not None:
+                job.passthrough_measured_seconds = measured.seconds
         self.metrics.on_running(job.job_id, done[-1].version, self.prediction(job, measured)["error_ratio"])
 
     def iteration_time(self, job: Job) -> IterationTime:
@@ -501,7 +512,9 @@ class ServiceCore:
 
     def prediction(self, job: Job, measured: IterationTime | None = None) -> dict:
         """The running plan's predicted and measured iteration time (``measured``: the job's
-        :meth:`iteration_time` when the caller has it already) and the error ratio measured / predicted - 1."""
+        :meth:`iteration_time` when the caller has it already), the error ratio measured / predicted - 1,
+        the lower bound beside the plan (:meth:`Job.bound_seconds`; passthrough's is the first search's)
+        and measured / bound."""
         running = job.live.history[-1].version if job.live.history else job.coordinator.committed
         state = job.plans.get(running)
         predicted = state.predicted_seconds if state is not None else None
@@ -511,15 +524,22 @@ class ServiceCore:
         error = seconds / predicted - 1 if predicted and seconds is not None else None
         if error is not None and not math.isfinite(error):
             error = None            # a plan predicting a vanishing time: no meaningful ratio
+        bound = job.bound_seconds(running)
         return {"running_version": running, "predicted_seconds": predicted, "measured_seconds": seconds,
-                "error_ratio": error}
+                "error_ratio": error, "bound_iteration_seconds": bound,
+                "ratio_to_bound": ratio_to_bound(seconds, bound)}
 
     # ------------------------------------------------------------------ replanning
     def record(self, job_id: str, kind: str, version: int, reason: str, details: Mapping[str, object]) -> None:
-        """A replanning decision: published as a job event and stored with ``details``."""
+        """A replanning decision: published as a job event and stored with ``details``; a
+        search's is also the job's :attr:`~Job.latest_search` (what ``p2 jobs show`` and the
+        dashboard show of its fitted model and bound)."""
         event = self.events.publish(job_id, kind, version, reason)
-        self.store_event(job_id, {"unix": event.unix, "kind": kind, "version": version, "reason": reason,
-                                  **details})
+        document = {"unix": event.unix, "kind": kind, "version": version, "reason": reason, **details}
+        job = self.jobs.get(job_id)
+        if kind == SEARCHED and job is not None:
+            job.latest_search = document
+        self.store_event(job_id, document)
 
     def topology_yaml(self, job: Job) -> str:
         """The job's topology as YAML ('' when neither its ranks nor ``--topology`` give a usable one)."""

@@ -6,11 +6,19 @@ stream (a rank that reconnects re-registers and gets the committed plan).
 Each plan's per-rank two-phase-commit state (``prepare_sent``, ``voted_yes``,
 ``voted_no``, ``acked_commit``, ``acked_abort``) is what the driver observed;
 operators read it through ``p2 plan show``.
+
+Beside measured and predicted iteration times, a plan's record keeps the lower
+bound on the job's iteration time its search computed
+(:mod:`optimizer_service.syndicate.bound`; the plan JSON's
+``bound_iteration_seconds``). Passthrough (version 0) has no record: its
+measured time is kept on the job, and its bound is the first search's, the
+search made on the cluster state passthrough ran in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass, field
 
 from optimizer_service.control.coordinator import Coordinator
@@ -18,6 +26,13 @@ from optimizer_service.service.live import JobIteration, LiveView
 from optimizer_service.service.traces import TraceRequests
 
 REGISTERING, LIVE, DEGRADED = "registering", "live", "degraded"
+
+
+def ratio_to_bound(seconds: float | None, bound: float | None) -> float | None:
+    """``seconds`` over the lower bound (>= 1 for a measured or a modelled time; None when either is unknown)."""
+    if seconds is None or not bound or not math.isfinite(bound):
+        return None
+    return seconds / bound
 
 
 class RankSession:
@@ -76,6 +91,7 @@ class PlanState:
     predicted_seconds: float | None = None    # expected iteration time (the policy's, once it commits)
     measured_seconds: float | None = None     # median iteration time while it ran (after the warm-up)
     measured_iterations: int = 0
+    bound_seconds: float | None = None        # the job's iteration-time lower bound the plan was searched with
     dirty: bool = field(default=False, compare=False)                   # changed since last stored
 
     @property
@@ -88,7 +104,8 @@ class PlanState:
                 "reason": self.reason, "decided_unix": self.decided_unix,
                 "ranks": {str(rank): list(value) for rank, value in sorted(self.ranks.items())},
                 "origin": self.origin, "predicted_seconds": self.predicted_seconds,
-                "measured_seconds": self.measured_seconds, "measured_iterations": self.measured_iterations}
+                "measured_seconds": self.measured_seconds, "measured_iterations": self.measured_iterations,
+                "bound_iteration_seconds": self.bound_seconds}
 
     @classmethod
     def from_dict(cls, data: dict) -> PlanState:
@@ -99,7 +116,8 @@ class PlanState:
                    ranks={int(rank): tuple(value) for rank, value in data.get("ranks", {}).items()},
                    origin=data.get("origin", ""), predicted_seconds=data.get("predicted_seconds"),
                    measured_seconds=data.get("measured_seconds"),
-                   measured_iterations=data.get("measured_iterations", 0))
+                   measured_iterations=data.get("measured_iterations", 0),
+                   bound_seconds=data.get("bound_iteration_seconds"))
 
 
 @dataclass
@@ -138,6 +156,13 @@ class Job:
     plans: dict[int, PlanState] = field(default_factory=dict)
     was_live: bool = False
     topology: str = ""          # what the ranks said they run on (P2_TOPOLOGY): a preset name or YAML
+    #: Passthrough's (version 0, before any plan) median iteration time while it last ran; not stored.
+    passthrough_measured_seconds: float | None = None
+    #: The job's latest search as its stored ``searched`` decision (``kind``, ``unix``, ``version``,
+    #: ``reason``, and ``search``: :meth:`~optimizer_service.service.planning.SearchOutcome.to_dict`, with
+    #: the fitted model ``fit`` and the ``bound``); None before one. Set when the search is recorded and
+    #: read back from the stored decisions when the service starts (:meth:`ServiceCore.start`).
+    latest_search: dict | None = None
     telemetry: TelemetryWindow = field(default_factory=TelemetryWindow)
     traces: TraceRequests = field(default_factory=TraceRequests)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -160,6 +185,20 @@ class Job:
         info.running_version = telemetry.running_version
         self.telemetry.add(telemetry)
         return self.live.observe(rank, telemetry, now)
+
+    @property
+    def passthrough_bound_seconds(self) -> float | None:
+        """Passthrough's lower bound: the bound of the job's first plan that has one (its
+        first search's, on the cluster state passthrough ran in before it), None before."""
+        return next((self.plans[v].bound_seconds for v in sorted(self.plans)
+                     if self.plans[v].bound_seconds is not None), None)
+
+    def bound_seconds(self, version: int) -> float | None:
+        """The lower bound beside plan ``version`` (0: passthrough's)."""
+        if version == 0:
+            return self.passthrough_bound_seconds
+        state = self.plans.get(version)
+        return None if state is None else state.bound_seconds
 
     @property
     def connected(self) -> int:

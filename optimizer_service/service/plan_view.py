@@ -77,7 +77,8 @@ def plan_view(plan: Plan, topology_yaml: str = "") -> dict:
     total = sum(len(op.motifs) for op in plan.ops)
     return {"version": plan.version, "world_size": plan.world_size,
             "channels": {str(c): plan.channels[c] for c in plan.channel_ids()}, "topology": plan.topology,
-            "predicted_iteration_seconds": plan.predicted_iteration_seconds, "op_count": len(plan.ops),
+            "predicted_iteration_seconds": plan.predicted_iteration_seconds,
+            "bound_iteration_seconds": plan.bound_iteration_seconds, "op_count": len(plan.ops),
             "motif_count": total, "motifs_listed": listed, "ops": ops, "priced": model is not None}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import time
 
 import grpc
 import pytest
@@ -15,7 +16,10 @@ from p2.v1 import enforcer_link_pb2_grpc
 from tests.support.certs import MISSING, have_openssl, make_certificates
 from tests.support.cli import p2
 from tests.support.participants import SimRank
+from tests.optimizer_service.syndicate.test_live_search import TOPOLOGY as LIVE_TOPOLOGY
+from tests.optimizer_service.syndicate.test_live_search import passthrough_traces
 from tests.support.service_process import Ranks, ServeProcess, free_port
+from tests.support.telemetry import TelemetryFeed
 
 pytestmark = pytest.mark.slow
 
@@ -33,17 +37,33 @@ def test_serve_jobs_and_plans_end_to_end(tmp_path):
             assert shown.returncode == 0, shown.stderr
             job = json.loads(shown.stdout)
             assert job["state"] == "live" and job["world_size"] == 2 and len(job["ranks"]) == 2
-            plan_file = tmp_path / "plan.json"
-            plan_file.write_text(Plan(1, 2, {0: None}, ()).to_json())
+            assert (job["fit"], job["bound"], job["search_version"]) == (None, None, None)    # no search yet
+            assert job["plans"] == [] and job["passthrough"] == {
+                "predicted_seconds": None, "measured_seconds": None, "bound_iteration_seconds": None,
+                "ratio_to_bound": None, "predicted_ratio_to_bound": None}
+            plan_file = tmp_path / "plan.json"         # as p2 optimize --plan writes one: predicted and bound
+            plan_file.write_text(Plan(1, 2, {0: None}, (), predicted_iteration_seconds=0.3,
+                                      bound_iteration_seconds=0.2).to_json())
             submitted = p2("plan", "submit", "--job", "train-1", str(plan_file), "--wait", "20", *client,
                            "--json", "-")
             assert submitted.returncode == 0, submitted.stderr
             record = json.loads(submitted.stdout)
             assert record["version"] == 1 and record["state"] == "committed"
+            assert record["bound_iteration_seconds"] == 0.2 and record["predicted_ratio_to_bound"] == pytest.approx(1.5)
             history = json.loads(p2("plan", "list", "--job", "train-1", *client, "--json", "-").stdout)
             assert [p["version"] for p in history["plans"]] == [1]
             one = p2("plan", "show", "--job", "train-1", "1", *client)
             assert one.returncode == 0 and "committed" in one.stdout, one.stderr
+            assert "bound 200 ms" in one.stdout and "predicted/bound 1.50x" in one.stdout, one.stdout
+            # p2 jobs show: each plan's times beside the bound; passthrough's bound is the first plan's
+            job = json.loads(p2("jobs", "show", "train-1", *client, "--json", "-").stdout)
+            assert [(p["version"], p["predicted_seconds"], p["bound_iteration_seconds"], p["measured_seconds"],
+                     p["ratio_to_bound"]) for p in job["plans"]] == [(1, 0.3, 0.2, None, None)]
+            assert job["passthrough"]["bound_iteration_seconds"] == 0.2
+            text = p2("jobs", "show", "train-1", *client).stdout
+            assert "PRED/BOUND" in text and "MEAS/BOUND" in text and "no fitted model yet" in text, text
+            assert [line.split()[:6] for line in text.splitlines() if line.split()[:1] in (["v1"], ["passthrough"])] \
+                == [["passthrough", "-", "-", "-", "200", "ms"], ["v1", "committed", "300", "ms", "-", "200"]], text
             table = p2("jobs", "list", *client)
             assert "train-1" in table.stdout and "live" in table.stdout
         finally:
@@ -52,6 +72,62 @@ def test_serve_jobs_and_plans_end_to_end(tmp_path):
         code, log = serve.stop()
     assert code == 0, log
     assert "registered" in log and "commit" in log and "stopping" in log
+
+
+def test_jobs_show_gives_the_model_the_latest_search_fitted_and_each_values_effect(tmp_path):
+    """A real search by the service (the ranks answer its trace request): ``p2 jobs show`` has the
+    search's fitted model (channels, host) and what the prediction is without each fitted value,
+    and ``--json`` the fit and the bound as the search's stored decision has them."""
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(LIVE_TOPOLOGY.to_yaml())
+    policy = ["first_plan_after=5", "warmup=1", "window=4", "min_samples=2", "evaluate=4"]
+    serve = ServeProcess(tmp_path, "--topology", str(topology), *(a for item in policy for a in ("--policy", item)))
+    client = ("--service", serve.address)
+    try:
+        ranks = Ranks(serve.address, "fit-1", 4)
+        for sim, trace in zip(ranks.ranks, passthrough_traces([0.02] * 8)):
+            sim.trace = trace
+        feed = TelemetryFeed(ranks)
+
+        def shown():        # the JSON and the text of one search (the service may search again meanwhile)
+            before = json.loads(p2("jobs", "show", "fit-1", *client, "--json", "-").stdout)
+            text = p2("jobs", "show", "fit-1", *client).stdout
+            after = json.loads(p2("jobs", "show", "fit-1", *client, "--json", "-").stdout)
+            return before["fit"] and before["search_version"] == after["search_version"] and (after, text)
+
+        try:
+            job, text = until(shown, timeout=90)
+            events = json.loads(p2("jobs", "events", "fit-1", *client, "--json", "-").stdout)["decisions"]
+        finally:
+            feed.close()
+            ranks.close()
+    finally:
+        code, log = serve.stop()
+    assert code == 0, log
+    searched = next(d for d in events if d["kind"] == "searched" and d["version"] == job["search_version"])
+    assert job["fit"] == searched["search"]["fit"] and job["bound"] == searched["search"]["bound"]
+    assert job["search_version"] == searched["version"] >= 1
+    fit = job["fit"]
+    rows = {" ".join(line.split()[:2 if line.split()[0] == "channel" else 1]): line.split()
+            for line in text.splitlines() if line.split()[:1] in (["channel"], ["host"])}
+    assert set(rows) == {"channel 0", "channel 1", "host"}, text
+    zero = fit["channels"]["0"]
+    assert rows["channel 0"][2:4] == [f"{zero['motif_seconds'] * 1e3:.3g}", f"{zero['round_seconds'] * 1e3:.3g}"]
+    assert rows["channel 0"][-3:] == ["rate,", "motif_seconds,", "latency"]          # HOW: all three fitted
+    effects = [line.strip() for line in text.splitlines() if line.strip().startswith("prediction without")]
+    assert effects == [f"prediction without {e['parameter']}: {e['predicted_seconds_without'] * 1e3:.1f} ms "
+                       f"(with all: {fit['predicted_seconds'] * 1e3:.1f} ms)" for e in fit["effects"]], text
+    assert {"prediction without channel 0 rate", "prediction without host motif_seconds"} <= \
+        {line.split(":")[0] for line in effects}
+    assert f"bound by {job['bound']['binding']}" in text
+
+
+def until(predicate, timeout: float):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.5)
+    return value
 
 
 def test_client_errors_are_one_line_with_exit_codes(tmp_path):

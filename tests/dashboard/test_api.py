@@ -8,14 +8,17 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from optimizer_service.dashboard.views import duration, rate
 from optimizer_service.plan import Plan
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Par, comm_op, on_channel
 from optimizer_service.plan.op_plan import OpKey, OpPlan
 from optimizer_service.syndicate.transforms import segment
 from tests.dashboard.conftest import TOKEN, running_dashboard
+from tests.optimizer_service.syndicate.test_live_search import passthrough_traces
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 ELEMENTS = 1 << 18
@@ -57,6 +60,11 @@ def test_reads_show_a_running_job(dashboard):
     assert job["plans"] == [] and job["waits"] == [] and job["policy"]["phase"] == "waiting"
     # one measured iteration time: the policy's window median is the page's iteration time and measured time
     assert job["iteration_seconds"] == job["measured_seconds"] == job["policy"]["median_seconds"] is not None
+    # passthrough's times, with a plan's fields: no bound before a search or a plan that carries one
+    assert job["passthrough"] == {"version": 0, "predicted_seconds": None, "measured_seconds": job["measured_seconds"],
+                                  "bound_iteration_seconds": None, "ratio_to_bound": None,
+                                  "predicted_ratio_to_bound": None}
+    assert job["bound_iteration_seconds"] is None and job["ratio_to_bound"] is None
 
     telemetry = client.get("/api/jobs/alpha/telemetry", params={"since": -1}).json()
     indices = [it["iteration"] for it in telemetry["iterations"]]
@@ -93,7 +101,7 @@ def test_reads_show_a_running_job(dashboard):
 def test_a_plan_submitted_with_the_token_commits_and_shows_everywhere(dashboard):
     client = dashboard.client
     running_job(dashboard)
-    plan = two_channel_plan()
+    plan = {**two_channel_plan(), "predicted_iteration_seconds": 0.05, "bound_iteration_seconds": 0.04}
     assert client.post("/api/jobs/alpha/plans", json=plan).status_code == 401
     assert client.post("/api/jobs/alpha/plans", json=plan, headers={"Authorization": "Bearer nope"}).status_code == 401
     cross = client.post("/api/jobs/alpha/plans", json=plan, headers={**AUTH, "Origin": "https://evil.example"})
@@ -108,6 +116,7 @@ def test_a_plan_submitted_with_the_token_commits_and_shows_everywhere(dashboard)
                                                                            for r in p["ranks"])), None),
                              what="every rank's ack")
     assert record["state"] == "committed" and record["origin"] == ""
+    assert record["bound_iteration_seconds"] == 0.04 and record["predicted_ratio_to_bound"] == pytest.approx(1.25)
 
     detail = client.get("/api/jobs/alpha/plans/1").json()
     ops = detail["plan"]["ops"]
@@ -126,6 +135,18 @@ def test_a_plan_submitted_with_the_token_commits_and_shows_everywhere(dashboard)
     job = dashboard.until(lambda: (j := client.get("/api/jobs/alpha").json())["waits"] and j["running_version"] == 1
                           and j, what="dispatcher waits under v1")
     assert {(w["op"], w["channel"]) for w in job["waits"]} >= {("all_reduce#0", 0), ("all_reduce#1", 1)}
+    # the bound beside the running plan, each plan's, and passthrough's (the first plan's: v1's)
+    measured = dashboard.until(lambda: (j := client.get("/api/jobs/alpha").json())["plans"][0]["measured_seconds"]
+                               and j["measured_seconds"] and j, what="v1 measured")
+    assert measured["bound_iteration_seconds"] == measured["plans"][0]["bound_iteration_seconds"] == 0.04
+    assert measured["ratio_to_bound"] == pytest.approx(measured["measured_seconds"] / 0.04)
+    assert measured["plans"][0]["ratio_to_bound"] == pytest.approx(measured["plans"][0]["measured_seconds"] / 0.04)
+    assert measured["passthrough"]["bound_iteration_seconds"] == 0.04
+    passthrough = measured["passthrough"]
+    assert passthrough["ratio_to_bound"] == pytest.approx(passthrough["measured_seconds"] / 0.04)
+    assert client.get("/api/jobs/alpha/plans/1").json()["plan"]["bound_iteration_seconds"] == 0.04
+    page = client.get("/jobs/alpha").text
+    assert "Measured / bound" in page and "40.0 ms" in page and 'class="passthrough"' in page
     metrics = metric_samples(client.get("/metrics").text)
     assert metrics[("p2_commits_total", (("job_id", "alpha"), ("outcome", "commit")))] == 1
     assert metrics[("p2_plan_version", (("job_id", "alpha"),))] == 1
@@ -153,6 +174,46 @@ def test_replan_now_and_pause_reach_the_policy_and_the_log(dashboard):
     resumed = client.post("/api/jobs/alpha/replanning", json={"paused": False}, headers=AUTH).json()
     assert resumed["policy"]["paused"] is False
     assert client.get("/api/jobs").json()["jobs"][0]["replanning"]["paused"] is False
+
+
+def test_a_search_shows_the_model_it_fitted_and_each_values_effect(dashboard):
+    """A real search ("replan now"; the ranks answer its trace request): the job's API carries the
+    fitted model and the bound as the search's decision has them, and the page renders the
+    model per channel and for the host, and the prediction without each fitted value."""
+    client = dashboard.client
+    ranks, _ = dashboard.job("alpha", 4)
+    for sim, trace in zip(ranks.ranks, passthrough_traces([0.02] * 8)):
+        sim.trace = trace
+    dashboard.until(lambda: client.get("/api/jobs/alpha").json()["iteration"] >= 5, what="alpha to run")
+    before = client.get("/api/jobs/alpha").json()
+    assert (before["fit"], before["bound"], before["search_version"]) == (None, None, None)
+    assert "No search yet" in client.get("/jobs/alpha").text
+    assert client.post("/api/jobs/alpha/replan", json={}, headers=AUTH).json()["policy"]["phase"] == "searching"
+    job = dashboard.until(lambda: (j := client.get("/api/jobs/alpha").json())["fit"] and j, timeout=60,
+                          what="the search's fit")
+    searched = dashboard.core.job("alpha").latest_search          # the decision the service stored
+    assert searched["kind"] == "searched" and searched["version"] == job["search_version"]
+    assert job["fit"] == searched["search"]["fit"] and job["bound"] == searched["search"]["bound"]
+    assert job["bound"]["seconds"] == next(p for p in job["plans"]
+                                           if p["version"] == job["search_version"])["bound_iteration_seconds"]
+    fit = job["fit"]
+    assert fit["channels"]["0"]["fitted"] == ["rate", "motif_seconds", "latency"]
+
+    page = client.get("/jobs/alpha").text
+    table = page[page.index('<table id="fit">'):]
+    body = table[table.index("<tbody>"):table.index("</table>")]
+    rows = [re.findall(r"<td>(.*?)</td>", row, re.S) for row in re.findall(r"<tr>(.*?)</tr>", body, re.S)]
+    zero, host = fit["channels"]["0"], fit["host"]
+    assert [row[0] for row in rows] == ["channel 0", "channel 1", "host"]
+    assert rows[0] == ["channel 0", duration(zero["motif_seconds"]),
+                       f"{duration(zero['round_seconds'])} ({duration(zero['calibrated_round_seconds'])})",
+                       f"{rate(zero['rate_bytes_per_s'])} ({rate(zero['calibrated_rate_bytes_per_s'])})",
+                       str(zero["samples"]), "rate, motif_seconds, latency"]
+    assert rows[2][4:] == [str(host["samples"]), host["how"]]
+    effects = re.findall(r"<li>(prediction without .*?)</li>", page)
+    assert effects == [f"prediction without {e['parameter']}: {duration(e['predicted_seconds_without'])} "
+                       f"(with all: {duration(fit['predicted_seconds'])})" for e in fit["effects"]]
+    assert "prediction without channel 0 rate" in page and f"bound by {job['bound']['binding']}" in page
 
 
 def test_bad_input_is_one_line_with_its_field_and_stores_nothing(dashboard):

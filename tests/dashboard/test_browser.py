@@ -5,17 +5,20 @@ token, whose job is simulated ranks streaming telemetry over real gRPC.
 Every page loads without console errors (so without a Content-Security-Policy
 violation); the job page's chart grows while the job runs; the page's controls
 need a login, the browser then holds a session (never the token), and a plan
-submitted from the page commits. Screenshots of every page go to ``test-artifacts/dashboard/``."""
+submitted from the page commits; a search's fitted model appears on an open job
+page by itself. Screenshots of every page go to ``test-artifacts/dashboard/``."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import time
+import urllib.request
 
 import pytest
 
 from tests.dashboard.conftest import TOKEN, TOPOLOGY
+from tests.optimizer_service.syndicate.test_live_search import passthrough_traces
 from tests.dashboard.test_api import two_channel_plan
 from tests.support.cli import ROOT
 from tests.support.service_process import Ranks, ServeProcess
@@ -167,3 +170,44 @@ def test_a_plan_from_the_page_needs_a_login_and_the_page_never_holds_the_token(s
     assert plan_page.errors == []
     plan_page.page.close()
     assert {"job-after-plan.png", "jobs.png", "plan.png"} <= {p.name for p in ARTIFACTS.glob("*.png")}
+
+
+def test_a_searchs_fitted_model_appears_on_the_open_job_page(tmp_path, browser):
+    """The job page is open before the search; the script's polling fills the fitted-model table and
+    the effects from the job's API once the search (real: the ranks answer its trace request) is done."""
+    (tmp_path / "token").write_text(TOKEN)
+    (tmp_path / "topology.yaml").write_text(TOPOLOGY)
+    serve = ServeProcess(tmp_path, "--token-file", str(tmp_path / "token"), "--topology",
+                         str(tmp_path / "topology.yaml"), "--policy", "first_plan_after=100000", dashboard=True)
+    ranks = Ranks(serve.address, "fit-job", 4, token=TOKEN)
+    for sim, trace in zip(ranks.ranks, passthrough_traces([0.02] * 8)):
+        sim.trace = trace
+    feed = TelemetryFeed(ranks, period=0.1)
+    try:
+        console = Console(browser)
+        page = console.page
+        console.open(f"{serve.http_url}/jobs/fit-job", "job-before-search")
+        assert "No search yet" in page.locator("#fit-caption").inner_text()
+        assert page.locator("#fit tbody tr").count() == 0
+        asked = urllib.request.Request(f"{serve.http_url}/api/jobs/fit-job/replan", data=b"{}", method="POST",
+                                       headers={"Authorization": f"Bearer {TOKEN}",
+                                                "Content-Type": "application/json"})
+        with urllib.request.urlopen(asked, timeout=10) as answer:
+            assert json.load(answer)["policy"]["phase"] == "searching"
+        wait_for(lambda: page.locator("#fit tbody tr").count() == 3, timeout=60, what="the fitted model on the page")
+        with urllib.request.urlopen(f"{serve.http_url}/api/jobs/fit-job", timeout=10) as answer:
+            fit = json.load(answer)["fit"]
+        rows = [row.split("\t") for row in page.locator("#fit tbody tr").all_inner_texts()]
+        assert [row[0] for row in rows] == ["channel 0", "channel 1", "host"]
+        assert rows[0][5] == "rate, motif_seconds, latency" and rows[0][4] == str(fit["channels"]["0"]["samples"])
+        effects = page.locator("#fit-effects li").all_inner_texts()
+        assert len(effects) == len(fit["effects"]) and effects[0].startswith(
+            f"prediction without {fit['effects'][0]['parameter']}: ")
+        assert "bound by" in page.locator("#fit-caption").inner_text()
+        page.screenshot(path=str(ARTIFACTS / "job-fitted-model.png"), full_page=True)
+        assert console.errors == []
+        page.close()
+    finally:
+        feed.close()
+        ranks.close()
+        serve.stop()

@@ -4,7 +4,9 @@ and a 4-rank job training through ``p2enforcer`` with ``P2_SERVICE`` and
 asks every rank for its trace window, searches in its worker process, commits
 the plan with two-phase commit; every rank switches at the same iteration and
 every result equals plain gloo's. Every decision is a stored event with its
-reason, and the plan's record has its predicted and measured iteration time."""
+reason, and the plan's record has its predicted and measured iteration time and
+the bound its search computed, and the job the model its latest search fitted
+(``p2 jobs show``)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ def test_the_service_plans_and_commits_a_live_job_by_itself(tmp_path):
         listed = p2("jobs", "events", JOB, "--service", serve.address, "--json", "-")
         shown = p2("jobs", "events", JOB, "--service", serve.address, "--limit", "2")
         unknown = p2("jobs", "events", "no-such-job", "--service", serve.address)
+        job = p2("jobs", "show", JOB, "--service", serve.address, "--json", "-")
+        job_text = p2("jobs", "show", JOB, "--service", serve.address)
     finally:
         code, log = serve.stop()
     assert code == 0, log
@@ -80,4 +84,26 @@ def test_the_service_plans_and_commits_a_live_job_by_itself(tmp_path):
         assert switches[1][1] > version and "passthrough" in events[kinds.index("rollback")]["reason"]
     assert state["decision"] == "commit" and state["origin"].startswith("search r")
     assert state["predicted_seconds"] > 0 and state["measured_seconds"] > 0 and plan is not None
+    # the bound: the search's, on its plan and its record, below what the model predicts for the plan
+    bound = searched["search"]["bound_seconds"]
+    assert 0 < bound <= searched["search"]["predicted_seconds"] and searched["search"]["bound"]["binding"]
+    assert state["bound_iteration_seconds"] == bound == json.loads(plan.plan_json)["bound_iteration_seconds"]
+    assert "no plan beats" in searched["reason"]
+    # p2 jobs show: every plan beside the bound, passthrough with the first search's
+    assert job.returncode == 0 and job_text.returncode == 0, job.stderr + job_text.stderr
+    shown_job = json.loads(job.stdout)
+    record = next(p for p in shown_job["plans"] if p["version"] == version)
+    assert record["bound_iteration_seconds"] == bound and record["predicted_seconds"] > 0
+    assert record["ratio_to_bound"] == pytest.approx(record["measured_seconds"] / bound)
+    first_bound = next(p["bound_iteration_seconds"] for p in shown_job["plans"] if p["bound_iteration_seconds"])
+    assert shown_job["passthrough"]["bound_iteration_seconds"] == first_bound
+    assert shown_job["passthrough"]["measured_seconds"] > 0
+    assert "MEAS/BOUND" in job_text.stdout and "passthrough" in job_text.stdout
+    # and the model the latest search fitted to the job's own telemetry, with each fitted value's effect
+    # (a search may still finish after p2 jobs show ran: the decision of the version it showed)
+    latest = next(e for e in events if e["kind"] == "searched" and e["version"] == shown_job["search_version"])
+    assert shown_job["fit"] == latest["search"]["fit"]
+    assert shown_job["bound"] == latest["search"]["bound"] and "0" in shown_job["fit"]["channels"]
+    assert "the model the latest search" in job_text.stdout and "host" in job_text.stdout
+    assert all(f"prediction without {e['parameter']}:" in job_text.stdout for e in shown_job["fit"]["effects"])
     assert "replan" in log and "commit" in log

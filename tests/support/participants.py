@@ -7,6 +7,7 @@ tests and by ``benchmarks/commit.py`` (hundreds of ranks in one process)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass, field
 
@@ -47,6 +48,7 @@ class SimRank:
     aborted: dict[int, float] = field(default_factory=dict)
     error: grpc.RpcError | None = None
     outbox: asyncio.Queue | None = None                          # set while its stream is open
+    trace: dict | None = None            # the trace document it answers a RequestTrace with (None: no answer)
 
     def send(self, message: link.RankMessage) -> None:
         """Send ``message`` on the open stream (e.g. telemetry)."""
@@ -70,6 +72,10 @@ class SimRank:
         if decision is None:
             if message.WhichOneof("body") == "registered":
                 self.registered.set()
+            if message.WhichOneof("body") == "request_trace" and self.trace is not None:
+                return [link.RankMessage(trace_chunk=link.TraceChunk(
+                    job_id=self.job, request_id=message.request_trace.request_id,
+                    data=json.dumps(self.trace).encode(), last=True))]
             return []
         event = {Prepare: PrepareIn, Commit: CommitIn, Abort: AbortIn}[type(decision)](decision)
         return self._run(event)

@@ -14,6 +14,12 @@ function pct(ratio) {
   const v = Math.round(ratio * 100);
   return (v >= 0 ? "+" : "") + v + " %";
 }
+function times(ratio) { return ratio === null || ratio === undefined ? "–" : ratio.toFixed(2) + "×"; }
+function rate(bytesPerSecond) {
+  if (bytesPerSecond === null || bytesPerSecond === undefined) return "–";
+  const mb = bytesPerSecond / 1e6;
+  return (mb >= 100 ? mb.toFixed(0) : String(Number(mb.toPrecision(3)))) + " MB/s";
+}
 function ago(unix, now) {
   if (!unix) return "never";
   const s = Math.max(0, (now || Date.now() / 1000) - unix);
@@ -73,7 +79,8 @@ function jobsPage(root) {
         el("td", {}, `${j.ranks_connected}/${j.world_size}`), el("td", {}, plan), el("td", {}, j.iteration),
         el("td", {}, fmt(j.iteration_seconds)), el("td", {}, sparkline(j.sparkline)),
         el("td", {}, fmt(j.predicted_seconds)), el("td", {}, fmt(j.measured_seconds)),
-        el("td", {}, pct(j.prediction_error_ratio)), el("td", {}, replanning(j.replanning)));
+        el("td", {}, pct(j.prediction_error_ratio)), el("td", {}, fmt(j.bound_iteration_seconds)),
+        el("td", {}, replanning(j.replanning)));
     }));
   });
 }
@@ -152,6 +159,7 @@ function jobPage(root) {
     setText("s-iteration", j.iteration); setText("s-seconds", fmt(j.iteration_seconds));
     setText("s-predicted", fmt(j.predicted_seconds)); setText("s-measured", fmt(j.measured_seconds));
     setText("s-error", pct(j.prediction_error_ratio)); setText("s-replanning", replanning(j.replanning));
+    setText("s-bound", fmt(j.bound_iteration_seconds)); setText("s-ratio", times(j.ratio_to_bound));
     document.querySelector("#ranks tbody").replaceChildren(...j.ranks.map(r => el("tr",
       {class: (r.lagging ? "lagging" : "") + (r.connected ? "" : " gone")},
       el("td", {}, r.rank), el("td", {}, r.host), el("td", {}, r.backend), el("td", {}, r.connected ? "yes" : "no"),
@@ -160,11 +168,35 @@ function jobPage(root) {
     if (j.waits.length) document.querySelector("#waits tbody").replaceChildren(...j.waits.slice(0, 30).map(w => el("tr", {},
       el("td", {}, w.op), el("td", {}, w.channel), el("td", {}, w.motifs), el("td", {}, fmt(w.wait_seconds)),
       el("td", {}, fmt(w.mean_wait_seconds)))));
-    if (j.plans.length) document.querySelector("#plans tbody").replaceChildren(...j.plans.slice().reverse().map(p => el("tr", {},
+    const timesCells = p => [el("td", {}, fmt(p.predicted_seconds)), el("td", {}, fmt(p.measured_seconds)),
+      el("td", {}, fmt(p.bound_iteration_seconds)), el("td", {}, times(p.predicted_ratio_to_bound)),
+      el("td", {}, times(p.ratio_to_bound))];
+    const pt = j.passthrough;
+    document.querySelector("#plans tbody").replaceChildren(...j.plans.slice().reverse().map(p => el("tr", {},
       el("td", {}, el("a", {href: `/jobs/${encodeURIComponent(job)}/plans/${p.version}`}, "v" + p.version)),
-      el("td", {}, p.state), el("td", {}, p.origin || "operator"), el("td", {}, fmt(p.predicted_seconds)),
-      el("td", {}, fmt(p.measured_seconds)), el("td", {}, p.reason))));
+      el("td", {}, p.state), el("td", {}, p.origin || "operator"), ...timesCells(p), el("td", {}, p.reason))),
+      el("tr", {class: "passthrough"}, el("td", {}, "passthrough"), el("td", {}, j.running_version === 0 ? "running" : ""),
+        el("td", {}, "no plan"), ...timesCells(pt),
+        el("td", {}, j.plans.length ? "" : "No plans yet: the job runs passthrough.")));
+    if (j.fit) showFit(j);
   });
+
+  // The latest search's fitted model, as the page renders it (views.latest_search): channels in order, then the host.
+  function showFit(j) {
+    const fit = j.fit;
+    setText("fit-caption", `What the latest search (v${j.search_version}) fitted to the job's telemetry and priced ` +
+      `its plans with; calibrated: ${fmt(fit.calibrated_motif_seconds)} per motif.` +
+      (j.bound ? ` Its bound: ${fmt(j.bound.seconds)}, bound by ${j.bound.binding}.` : ""));
+    const rows = Object.keys(fit.channels).sort((a, b) => a - b).map(c => ["channel " + c, fit.channels[c]]);
+    if (fit.host) rows.push(["host", fit.host]);
+    document.querySelector("#fit tbody").replaceChildren(...rows.map(([where, e]) => el("tr", {},
+      el("td", {}, where), el("td", {}, fmt(e.motif_seconds)),
+      el("td", {}, `${fmt(e.round_seconds)} (${fmt(e.calibrated_round_seconds)})`),
+      el("td", {}, `${rate(e.rate_bytes_per_s)} (${rate(e.calibrated_rate_bytes_per_s)})`),
+      el("td", {}, e.samples), el("td", {}, e.how))));
+    document.getElementById("fit-effects").replaceChildren(...(fit.effects || []).map(e => el("li", {},
+      `prediction without ${e.parameter}: ${fmt(e.predicted_seconds_without)} (with all: ${fmt(fit.predicted_seconds)})`)));
+  }
 
   every(3 * POLL_MS, async () => {
     const e = await getJSON(`${base}/events?limit=100`);

@@ -5,6 +5,7 @@ SQLite store, ranks that speak the real protocol in-process
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import grpc
@@ -22,6 +23,8 @@ from optimizer_service.wire.credentials import bearer
 from p2.v1 import enforcer_link_pb2 as link
 from p2.v1 import optimizer_pb2 as api
 from p2.v1 import optimizer_pb2_grpc, plan_pb2
+from tests.optimizer_service.syndicate.test_live_search import TOPOLOGY as LIVE_TOPOLOGY
+from tests.optimizer_service.syndicate.test_live_search import passthrough_traces
 from tests.support.participants import SimRank, run_rank
 
 FAST = Timing(vote_timeout=3.0, resend_interval=0.2, switch_margin=2)
@@ -278,3 +281,98 @@ def test_without_replanning_a_job_is_measured_over_the_policys_window_and_its_pl
     assert measured.seconds == pytest.approx(0.85)          # median of 0.7, 0.8, 0.9, 1.0
     assert (record.measured_seconds, record.measured_iterations) == (measured.seconds, 4)
     assert prediction["running_version"] == 1 and prediction["measured_seconds"] == measured.seconds
+
+
+def test_each_plan_and_passthrough_are_shown_beside_the_bound_and_a_restart_keeps_it(tmp_path):
+    """The lower bound a plan carries (``p2 optimize --plan``'s, a search's) is its record's;
+    passthrough's is the first plan's; GetJob and ListPlans carry measured, predicted and bound."""
+    policy = PolicyConfig(first_plan_after=1000, warmup=1, window=4, min_samples=2, evaluate=2)
+    bounded = plan_to_proto(Plan(1, 2, {0: None}, (), predicted_iteration_seconds=0.09, bound_iteration_seconds=0.05))
+
+    async def first(h: Harness):
+        ranks = await h.join("job-b", 2)
+        core = h.service.core
+        job = core.job("job-b")
+
+        async def iterations(indices, seconds: float, version: int) -> None:
+            for iteration in indices:
+                for sim in ranks:
+                    sim.send(link.RankMessage(telemetry=link.Telemetry(
+                        job_id="job-b", iteration=iteration, duration_seconds=seconds, running_version=version)))
+            await h.until(lambda: job.live.history and job.live.history[-1].index == indices[-1])
+
+        await iterations(range(1, 5), 0.1, 0)               # passthrough: measured, no bound yet
+        shown = await h.call("GetJob", api.GetJobRequest(job_id="job-b"))
+        assert shown.passthrough_measured_seconds == pytest.approx(0.1)
+        assert not shown.HasField("passthrough_bound_seconds")
+        assert core.prediction(job)["bound_iteration_seconds"] is None
+        await h.call("SubmitPlan", api.SubmitPlanRequest(job_id="job-b", plan=bounded))
+        await h.until(lambda: all(1 in sim.acked for sim in ranks))
+        await iterations(range(5, 10), 0.08, 1)
+        await h.until(lambda: job.plans[1].measured_seconds is not None)
+        record = (await h.call("ListPlans", api.ListPlansRequest(job_id="job-b"))).plans[0]
+        shown = await h.call("GetJob", api.GetJobRequest(job_id="job-b"))
+        await h.until(lambda: not job.plans[1].dirty)       # the record is stored on the next tick
+        return record, shown, core.prediction(job)
+
+    record, shown, prediction = run(first, config(tmp_path, replan=ReplanConfig(enabled=False, policy=policy)))
+    assert (record.predicted_seconds, record.bound_iteration_seconds) == (0.09, 0.05)
+    assert record.measured_seconds == pytest.approx(0.08)
+    assert shown.passthrough_bound_seconds == 0.05 and shown.passthrough_measured_seconds == pytest.approx(0.1)
+    assert prediction["bound_iteration_seconds"] == 0.05 and prediction["ratio_to_bound"] == pytest.approx(1.6)
+
+    async def second(h: Harness):
+        record = await h.call("GetPlan", api.GetPlanRequest(job_id="job-b", version=1))
+        return record, await h.call("GetJob", api.GetJobRequest(job_id="job-b"))
+
+    record, shown = run(second, config(tmp_path, replan=ReplanConfig(enabled=False, policy=policy)))
+    assert record.bound_iteration_seconds == 0.05 and record.plan.bound_iteration_seconds == 0.05
+    assert shown.passthrough_bound_seconds == 0.05          # passthrough's measured time is not stored
+    assert not shown.HasField("passthrough_measured_seconds")
+
+
+def test_a_jobs_latest_search_shows_its_fitted_model_and_bound_and_a_restart_reads_it_back(tmp_path):
+    """A real search (ranks answer the trace request, the worker process plans): GetJob carries the
+    job's latest ``searched`` decision with the model fitted to the job's telemetry, each fitted
+    value's effect and the bound; ListJobs leaves it out; a restarted service reads it from the store."""
+    traces = passthrough_traces([0.02] * 8)
+    replan = ReplanConfig(policy=PolicyConfig(first_plan_after=100_000), topology=LIVE_TOPOLOGY.to_yaml())
+
+    async def first(h: Harness):
+        ranks = await h.join("job-f", 4)
+        for sim, trace in zip(ranks, traces):
+            sim.trace = trace
+        core = h.service.core
+        job = core.job("job-f")
+        before = await h.call("GetJob", api.GetJobRequest(job_id="job-f"))
+        assert before.latest_search == ""
+        for iteration in range(1, 4):
+            for sim in ranks:
+                sim.send(link.RankMessage(telemetry=link.Telemetry(job_id="job-f", iteration=iteration,
+                                                                   duration_seconds=0.2)))
+        await h.until(lambda: job.live.history and job.live.history[-1].index == 3)
+        assert core.replan_now("job-f", "test")["phase"] == "searching"
+        await h.until(lambda: job.latest_search is not None, timeout=60)
+        shown = await h.call("GetJob", api.GetJobRequest(job_id="job-f"))
+        listed = await h.call("ListJobs", api.ListJobsRequest())
+        stored = await core.decisions("job-f", 100)
+        return shown, listed, stored
+
+    shown, listed, stored = run(first, config(tmp_path, replan=replan))
+    decision = json.loads(shown.latest_search)
+    assert decision == next(d for d in reversed(stored) if d["kind"] == "searched")      # the stored document
+    assert [j.latest_search for j in listed.jobs] == [""]
+    search = decision["search"]
+    fit, bound = search["fit"], search["bound"]
+    assert fit["channels"]["0"]["fitted"] == ["rate", "motif_seconds", "latency"] and fit["channels"]["0"]["samples"]
+    assert fit["channels"]["0"]["rate_bytes_per_s"] < fit["channels"]["0"]["calibrated_rate_bytes_per_s"]
+    effects = {e["parameter"]: e["predicted_seconds_without"] for e in fit["effects"]}
+    assert {"channel 0 motif_seconds", "channel 0 latency", "channel 0 rate"} <= set(effects)
+    assert all(without != fit["predicted_seconds"] for without in effects.values())
+    assert 0 < bound["seconds"] == search["bound_seconds"] <= search["predicted_seconds"] and bound["binding"]
+
+    async def second(h: Harness):
+        return await h.call("GetJob", api.GetJobRequest(job_id="job-f"))
+
+    again = run(second, config(tmp_path, replan=replan))
+    assert json.loads(again.latest_search) == decision

@@ -1,0 +1,37 @@
+"""What ``p2 jobs show`` and the dashboard's job page show of a job's latest search.
+
+A job's latest search is its stored ``searched`` decision
+(:attr:`optimizer_service.service.jobs.Job.latest_search`; GetJob's
+``latest_search``). Of it they show (issue 32, items 3 and 6):
+
+* ``fit``: the model the search fitted to the job's telemetry, as the search
+  stored it (:attr:`optimizer_service.service.planning.SearchOutcome.fit`, from
+  :meth:`optimizer_service.syndicate.telemetry_fit.TelemetryFit.to_dict`): per
+  channel and for the host the fixed cost per motif, the latency of one round
+  and the rate, beside their calibrated values, the samples and how each was
+  set; the chosen plan's ``predicted_seconds`` and, per fitted parameter, its
+  ``effects``: the prediction with that parameter back at its calibrated value;
+* ``bound``: the lower bound on the job's iteration time the search computed
+  (:meth:`optimizer_service.syndicate.bound.Bound.to_dict`);
+* ``search_version``: the plan version the search made.
+
+Each is None before the job's first search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+def latest_search(decision: Mapping | None) -> dict:
+    """``fit``, ``bound`` and ``search_version`` of a stored ``searched`` decision (module docstring)."""
+    if not decision:
+        return {"fit": None, "bound": None, "search_version": None}
+    search = decision.get("search") or {}
+    return {"fit": search.get("fit") or None, "bound": search.get("bound"), "search_version": decision.get("version")}
+
+
+def fit_rows(fit: Mapping) -> list[tuple[str, dict]]:
+    """The fitted model's lines as ``(where, entry)``: every channel in channel order, then the host."""
+    channels = sorted(fit.get("channels", {}).items(), key=lambda item: int(item[0]))
+    return [(f"channel {c}", entry) for c, entry in channels] + ([("host", fit["host"])] if "host" in fit else [])
