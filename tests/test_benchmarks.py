@@ -45,7 +45,17 @@ def test_reduce_benchmark_runs_end_to_end(tmp_path, monkeypatch):
     (row,) = data["summary"]["rows"]
     assert row["axes"] == [4] and row["best_speedup_crossing"] > 0
     assert data["summary"]["accuracy"]["candidates"] == 3  # flat + 2 programs
+    assert cluster["fabric"] == "lossless" == data["settings"]["fabric"]           # the default
+    assert row["nic_drops_per_run"] == 0 == data["summary"]["nic_drops"]["total"]  # lossless: nothing dropped
+    assert data["summary"]["nic_drops"]["runs"] >= 3 * 2                          # one warm-up, one timed each
     assert (tmp_path / "reduce.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("script", ["enforcer_cluster", "ucc_cluster", "reduce", "resharding"])
+def test_cluster_benchmarks_refuse_an_unknown_fabric_with_one_line(script, capsys):
+    module = importlib.import_module(f"benchmarks.{script}")
+    assert module.main(["--fabric", "wet"]) == 2
+    assert capsys.readouterr().err == f"{script}: --fabric 'wet' must be one of lossless, lossy\n"
 
 
 def test_optimize_benchmark_runs_end_to_end(tmp_path):
@@ -125,6 +135,7 @@ def test_resharding_benchmark_measures_table2_cases(tmp_path):
     table2 = json.loads((tmp_path / "resharding.json").read_text())["table2"]
     assert [row["name"] for row in table2["cases"]] == ["case3", "case8"]
     assert table2["cluster"]["nodes"] == 5 and table2["cluster"]["per_node"] == 4
+    assert table2["cluster"]["fabric"] == "lossless" and table2["nic_drops"]["iterations"] == 2 * 5 * (1 + 1)
     for row in table2["cases"]:
         assert [s["name"] for s in row["systems"]] == [label for label, *_ in reshard_bench.SYSTEMS]
         assert all(s["measured_seconds"] > 0 and s["predicted_seconds"] > 0 for s in row["systems"])
@@ -171,4 +182,79 @@ def test_ucc_benchmark_compares_collectives_and_the_two_channel_plan(tmp_path):
     assert all(row["gloo_seconds"] > 0 and row["ucc_seconds"] > 0 for row in summary["collectives"])
     assert set(summary["two_channels"]["median_seconds"]) == {"gloo passthrough", "plan, gloo + gloo",
                                                               "plan, gloo + ucc"}
+    assert summary["fabric"] == "lossless"
+    # Per part: every op (one warm-up and one timed per backend, op and size; two cases of the plan part).
+    assert {part: d["iterations"] for part, d in summary["nic_drops"].items()} == {
+        "collectives": 4 * 2 * 2, "plan, gloo + gloo": 2 * 2, "plan, gloo + ucc": 2 * 2}
+    assert all(d["total"] == 0 for d in summary["nic_drops"].values())
     assert (tmp_path / "ucc_cluster.png").stat().st_size > 10_000
+
+
+def _loop_report(peer_before: float, first: float, replanned: float, errors: tuple[float, ...],
+                 iterations: int | None) -> dict:
+    """The fields of a ``p2 demo --json`` report the loop benchmark reads (2 x 4, lossless)."""
+    def phase(name, version, measured, bound):
+        return {"name": name, "plan_version": version, "measured_iteration_seconds": measured,
+                "predicted_iteration_seconds": measured * (1 + errors[0]), "model_iteration_seconds": measured,
+                "bound_iteration_seconds": bound, "ratio_to_bound": measured / bound,
+                "nic_drops_per_iteration": {"0": 0.0, "1": 0.0}}
+
+    def peer(measured, bound):
+        return {"measured_iteration_seconds": measured, "steps": 35, "nic_drops_per_iteration": {"0": 0.0, "1": 0.0},
+                "bound_iteration_seconds": bound, "ratio_to_bound": measured / bound}
+
+    return {"job": {"id": "dlrm"}, "cluster": {"fabric": "lossless", "emulated": True},
+            "phases": [phase("passthrough", 0, 0.33, 0.16), phase("first-plan", 1, first, 0.16),
+                       phase("changed", 1, 0.40, 0.2), phase("replanned", 2, replanned, 0.2)],
+            "peer": {"before": peer(peer_before, 0.16), "after": peer(0.30, 0.2)},
+            "plans": [{"plan_version": v, "cluster": state, "measured_iteration_seconds": s, "ratio_to_bound": r,
+                       "prediction_error": e}
+                      for v, state, s, r, e in ((1, "before", first, first / 0.16, errors[1]),
+                                                (2, "after", replanned, replanned / 0.2, errors[2]))],
+            "speedup": 0.33 / first, "speedup_over_peer": peer_before / first,
+            "replan": {"iterations_to_commit": iterations, "speedup_over_peer": 0.30 / replanned,
+                       "speedup_over_passthrough": 0.33 / replanned, "ratio_to_offline_best": 1.02},
+            "first_plan": {"seconds_to_commit": 0.8}}
+
+
+def test_loop_benchmark_checks_the_issues_goals_per_run():
+    from benchmarks import loop as loop_bench
+
+    met = loop_bench.figures(_loop_report(0.26, 0.18, 0.22, (0.05, -0.1, 0.12), 14), {"ratio": 1.01}, 1)
+    assert met["speedup_over_peer"] == pytest.approx(0.26 / 0.18) and met["best_plan_version"] == 1
+    assert met["first_plan_ratio_to_bound"] == pytest.approx(0.18 / 0.16)
+    assert met["measured_ratio_to_offline_best"] == 1.01
+    assert set(met["nic_drops_per_iteration"]) == {"passthrough", "first-plan", "changed", "replanned",
+                                                   "peer-before", "peer-after"}
+    assert list(loop_bench.goals(met).values()) == [True] * 6
+
+    # 1.24x over the peer (DLRM's goal is 1.3x), a plan off by 20 %, the replan 40 iterations late and
+    # slower than the peer on the changed cluster and than its bound allows.
+    missed = loop_bench.figures(_loop_report(0.26, 0.21, 0.31, (0.05, -0.2, 0.1), 40), {}, 2)
+    assert loop_bench.goals(missed) == {"first plan >= 1.3x over the peer": False,
+                                        "first plan within 1.15x of the bound": False,
+                                        "every prediction within 15%": False,
+                                        "replan within 30 iterations": False,
+                                        "replan never slower than passthrough or the peer": False,
+                                        "replan within 1.15x of the new bound": False}
+    lines = loop_bench.summary([{**met, "goals": loop_bench.goals(met)}, {**missed, "goals": loop_bench.goals(missed)}])
+    assert any(line.startswith("dlrm  lossless   1 ") for line in lines)
+    assert any("run 2: first plan >= 1.3x over the peer FAIL" in line for line in lines)
+
+    # No replan committed: its goals cannot be shown by the run.
+    unmeasured = loop_bench.figures(_loop_report(0.26, 0.18, 0.22, (0.0, 0.0, 0.0), None), {}, 3)
+    assert loop_bench.goals(unmeasured)["replan within 30 iterations"] is None
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--jobs", "dlrm,nope"], "unknown job 'nope'"),
+    (["--fabrics", "wet"], "unknown fabric 'wet'"),
+    (["--runs", "0"], "--runs 0 must be at least 1"),
+    (["--name", "a-very-long-name"], "--name 'a-very-long-name'"),
+])
+def test_loop_benchmark_refuses_bad_options_with_one_line(args, words, capsys):
+    from benchmarks import loop as loop_bench
+
+    with pytest.raises(SystemExit) as stopped:
+        loop_bench.main(args)
+    assert stopped.value.code == 2 and words in capsys.readouterr().err

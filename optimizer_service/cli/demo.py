@@ -12,14 +12,18 @@ from pathlib import Path
 
 import click
 
-from optimizer_service.cli.cluster import Rate, name_option
+from optimizer_service.cli.cluster import Rate, fabric_option, name_option
 from optimizer_service.cli.demo_report import (
+    WARMUP,
+    committed_plans,
     first_plan,
     iterations_to_commit,
     model_seconds,
     offline_best,
+    peer,
     phases,
     plot,
+    speedup,
     table,
 )
 from optimizer_service.cli.demo_run import JOBS, POLICY, DemoConfig, DemoRun
@@ -39,13 +43,19 @@ from optimizer_service.settings import Settings
 @click.option("--steps", type=click.IntRange(20, 100_000), default=300, show_default=True,
               help="Training steps (iterations) of the job.")
 @click.option("--job", type=click.Choice(sorted(JOBS)), default="dlrm", show_default=True,
-              help="The job: the DLRM-like model (all-to-all + all-reduce) or a plain DDP MLP (all-reduce).")
+              help="The job: the DLRM-like model (all-to-all + all-reduce), a plain DDP MLP (all-reduce) or "
+                   "FSDP2 in bf16 mixed precision (all-gather, reduce-scatter).")
+@fabric_option()
+@click.option("--peer-steps", type=click.IntRange(0, 100_000), default=40, show_default=True,
+              help=f"Steps of each run of the peer (plain gloo over every NIC), before the job and after the "
+                   f"change; its median skips the first {WARMUP}. 0: no peer.")
 @click.option("--tables", type=click.IntRange(1), help="Embedding tables (train_dlrm.py's default: 16).")
 @click.option("--rows", type=click.IntRange(1), help="Rows per table (default 20000).")
 @click.option("--dim", type=click.IntRange(1), help="Embedding dimension (default 64).")
 @click.option("--batch", type=click.IntRange(1), help="Samples per rank and step (default 128).")
 @click.option("--search-budget", type=click.FloatRange(0.1, 600), default=3.0, show_default=True,
-              metavar="SECONDS", help="The service's search time per searching system.")
+              metavar="SECONDS", help="How long the service's search may take before it is stopped (it stops "
+              "by its evaluations, so the same traces give the same plan); also the offline search's time.")
 @click.option("--loopback", is_flag=True, help="Run on loopback even as root (no NICs: no speed-up to show).")
 @name_option("p2demo", "The demo cluster's name")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path),
@@ -55,26 +65,40 @@ from optimizer_service.settings import Settings
               help="Plot iteration time over the run, with plan switches and the change.")
 @click.pass_obj
 def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float, throttle: float, steps: int, job: str,
-         tables: int | None, rows: int | None, dim: int | None, batch: int | None, search_budget: float,
-         loopback: bool, name: str, work_dir: Path | None, json_out: str | None, plot_out: Path | None) -> None:
+         fabric: str, peer_steps: int, tables: int | None, rows: int | None, dim: int | None, batch: int | None,
+         search_budget: float, loopback: bool, name: str, work_dir: Path | None, json_out: str | None,
+         plot_out: Path | None) -> None:
     """Show the loop: a DLRM-like job on an emulated cluster gets planned,
     committed and replanned by the optimizer service while it trains.
 
     \b
     As root: an emulated NODES x PER-NODE cluster with two NICs per node
-    (network namespaces and tc), the optimizer service (SQLite store) with
-    replanning on, and examples/train_dlrm.py through p2enforcer. The service
+    (network namespaces and tc; a lossless FABRIC unless told otherwise),
+    the optimizer service (SQLite store) with replanning on, and the JOB
+    (examples/train_dlrm.py by default) through p2enforcer. The service
     plans the job from its telemetry and traces and commits the plan with
     two-phase commit; mid-run the second NIC of every node is slowed
     THROTTLE times, and the service replans. Without root: the same on
     loopback, without NICs (no speed-up to show, no change).
 
     \b
-    Ends with a table (passthrough, first plan, after the change without
-    replanning, after replanning: measured and predicted iteration times).
-    --json fields: cluster, job, phases[{name, plan_version,
-    measured_iteration_seconds, predicted_iteration_seconds}], speedup,
-    replan{iterations_to_commit, ratio_to_offline_best}, events[], dashboard.
+    The peer: before the job, and after it on the changed cluster, the
+    same job runs PEER_STEPS steps under plain gloo over every NIC of the
+    node (GLOO_SOCKET_IFNAME=nic0,nic1), what a user with two NICs gets
+    without the service; passthrough is the inner backend on one NIC.
+
+    \b
+    Ends with a table (passthrough, the peer, first plan, after the change
+    without replanning, the peer after it, after replanning: measured and
+    predicted iteration times, the lower bound and the ratio to it).
+    --json fields: cluster{fabric, ...}, job, phases[{name, plan_version,
+    measured_iteration_seconds, predicted_iteration_seconds,
+    bound_iteration_seconds, ratio_to_bound, nic_drops_per_iteration}],
+    peer{before, after: {measured_iteration_seconds, steps,
+    nic_drops_per_iteration, bound_iteration_seconds, ratio_to_bound}},
+    plans[], speedup, speedup_over_peer, replan{iterations_to_commit,
+    speedup_over_peer, speedup_over_passthrough, ratio_to_offline_best},
+    events[], dashboard.
     While it runs, the service's dashboard shows the job live (its address
     is printed at the start: 127.0.0.1:8080, or a free port when taken).
     """
@@ -84,33 +108,44 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
             model += [flag, str(value)]
     if model and job != "dlrm":
         raise InvalidInputError(f"{model[0]} sizes the DLRM-like model; --job {job} has a fixed model (drop the flag)")
+    if 0 < peer_steps <= WARMUP:
+        raise InvalidInputError(f"--peer-steps {peer_steps} leaves no step after the peer's {WARMUP} warm-up steps; "
+                                f"give more than {WARMUP}, or 0 for no peer")
     if tables is not None and tables % (nodes * per_node):
         raise InvalidInputError(f"--tables {tables} must be a multiple of the {nodes * per_node} ranks "
                                 "(each rank owns whole tables)")
     work = work_dir or Path(tempfile.mkdtemp(prefix="p2-demo-"))
     work.mkdir(parents=True, exist_ok=True)
     config = DemoConfig(nodes=nodes, per_node=per_node, nic=nic, nic2=nic2, throttle=throttle, steps=steps,
-                        model=tuple(model), search_budget=search_budget, name=name, loopback=loopback, job=job)
+                        model=tuple(model), search_budget=search_budget, name=name, loopback=loopback, job=job,
+                        fabric=fabric, peer_steps=peer_steps)
     started = time.time()
     run = DemoRun(config, work, lambda line: click.echo(line, err=True))
     result = run.run()
     rows = phases(result["rank0"], result["change_step"], result["plans"], result["events"], result["drops"])
     by_name = {row["name"]: row for row in rows}
-    base, planned = by_name["passthrough"]["measured_iteration_seconds"], by_name["first-plan"]["measured_iteration_seconds"]
-    speedup = base / planned if base and planned else None
+    peer_rows = peer(result["peer"], rows)
+    over_passthrough = speedup(by_name["passthrough"], by_name["first-plan"])
+    over_peer = speedup(peer_rows["before"], by_name["first-plan"])
     best = offline_best(work, run.topology_path, throttle, search_budget) if result["shaped"] else None
     replanned_model = model_seconds(result["events"], by_name["replanned"]["plan_version"])
     ratio = replanned_model / best if best and replanned_model else None
     report = {
         "cluster": {"name": name, "nodes": nodes, "per_node": per_node, "emulated": result["shaped"],
-                    "nic_bytes_per_second": nic, "nic2_bytes_per_second": nic2, "throttle": throttle,
-                    "topology": str(run.info.topology_path.name)},
-        "job": {"id": job, "script": f"examples/{JOBS[job]}", "steps": steps, "model": result["rank0"].get("model"),
-                "world_size": result["rank0"].get("world_size")},
+                    "fabric": run.info.fabric, "nic_bytes_per_second": nic, "nic2_bytes_per_second": nic2,
+                    "throttle": throttle, "topology": str(run.info.topology_path.name)},
+        "job": {"id": job, "script": f"examples/{JOBS[job].script}", "flags": list(JOBS[job].flags),
+                "model_flags": model, "steps": steps,
+                "model": result["rank0"].get("model"), "world_size": result["rank0"].get("world_size")},
         "phases": rows,
-        "speedup": speedup,
+        "peer": peer_rows,
+        "plans": committed_plans(result["rank0"], result["change_step"], result["plans"], result["events"]),
+        "speedup": over_passthrough,
+        "speedup_over_peer": over_peer,
         "replan": {"change_step": result["change_step"],
                    "iterations_to_commit": iterations_to_commit(result["events"], result["change_step"]),
+                   "speedup_over_peer": speedup(peer_rows["after"], by_name["replanned"]),
+                   "speedup_over_passthrough": speedup(by_name["passthrough"], by_name["replanned"]),
                    "ratio_to_offline_best": ratio, "offline_best_predicted_seconds": best,
                    "replanned_model_seconds": replanned_model},
         "first_plan": first_plan(result["events"]),
@@ -123,9 +158,10 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
         "wall_seconds": time.time() - started,
     }
     click.echo("")
-    click.echo(table(rows))
-    if speedup is not None:
-        click.echo(f"speed-up of the service's first plan over passthrough: {speedup:.2f}x")
+    click.echo(table(rows, peer_rows))
+    if over_passthrough is not None:
+        click.echo(f"speed-up of the service's first plan over passthrough (one NIC): {over_passthrough:.2f}x" +
+                   (f"; over the peer (gloo over every NIC): {over_peer:.2f}x" if over_peer is not None else ""))
     else:
         click.echo("no speed-up measured: the service committed no plan the job ran long enough")
     if result["shaped"]:
@@ -133,6 +169,8 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
         if replan["iterations_to_commit"] is not None:
             click.echo(f"after the second NIC was slowed {throttle:g}x: a replanned plan was committed "
                        f"{replan['iterations_to_commit']} iterations later" +
+                       (f", {replan['speedup_over_peer']:.2f}x over the peer on the changed cluster"
+                        if replan["speedup_over_peer"] is not None else "") +
                        (f"; the model prices it at {ratio:.2f}x the best plan of an offline search told the new rate"
                         if ratio is not None and math.isfinite(ratio) else ""))
         else:
@@ -142,10 +180,9 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
         click.echo("loopback run: no NICs, so no change and no replanning after one; run as root for those")
     click.echo(f"store, service log and traces: {work}")
     if plot_out is not None:
-        what = "DLRM-like" if job == "dlrm" else "DDP"
-        where = " (emulated NICs)" if result["shaped"] else " (loopback)"
+        where = f" (emulated NICs, {fabric} fabric)" if result["shaped"] else " (loopback)"
         plot(plot_out, result["rank0"], result["change_step"], result["events"],
-             f"p2 demo: {what} job on {nodes} x {per_node}{where}")
+             f"p2 demo: {JOBS[job].title} job on {nodes} x {per_node}{where}", peer_rows)
         click.echo(f"plot: {plot_out}")
     if json_out:
         write_json(report, json_out)

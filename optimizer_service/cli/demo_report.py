@@ -33,6 +33,27 @@ on a trace window of the changed cluster. Both are model figures on the same
 scale (channel 0 as calibrated; the live search moved channel 1 by what it
 measured, the offline one by the true factor): how close the live loop gets to
 a planner told the truth. ``benchmarks/loop.py`` runs both plans and measures them.
+
+**The bound** (issue 32, item 6): each stored plan carries the lower bound on
+the job's iteration time on the cluster state it was searched for
+(``bound_iteration_seconds``). ``passthrough``, ``first-plan`` and the peer
+before the change get the first plan's bound; ``changed``, ``replanned`` and
+the peer after the change the replanned plan's (searched on the changed
+cluster). ``ratio_to_bound`` is measured over bound (None without a bound).
+
+**The peer** (:mod:`optimizer_service.cli.demo_run`): the job under plain gloo
+over every NIC, a segment before the service's job and one after the change;
+each segment's measured time is the median of its steps after :data:`WARMUP`,
+its drops per iteration are over those steps. ``speedup_over_peer``: the peer
+before over the first plan; ``replan.speedup_over_peer``: the peer after over
+the replanned plan; ``replan.speedup_over_passthrough``: passthrough over the
+replanned plan, passthrough's time taken before the change (it runs on the
+first NIC alone, which the change leaves as it was).
+
+**Committed plans** (:func:`committed_plans`): every plan version the job ran,
+measured on the cluster state it was committed for (before or after the
+change; after :data:`SETTLE` steps on it), with the service's prediction for
+it, its error and its bound: what "every prediction within 15 %" is judged on.
 """
 
 from __future__ import annotations
@@ -63,6 +84,40 @@ def drop_rate(drops: Sequence[tuple[int, dict[int, int]]], first: int, last: int
     return {str(c): (at_end[c] - at_start.get(c, 0)) / (end - start) for c in sorted(at_end)}
 
 
+def ratio(measured: float | None, bound: float | None) -> float | None:
+    """Measured over bound (None without both)."""
+    return measured / bound if measured and bound else None
+
+
+def _since_switch(versions: Sequence[int], step: int) -> int:
+    """Steps before ``step`` (1-based) that ran the same plan version without a switch between."""
+    k = step
+    while k > 1 and versions[k - 2] == versions[step - 1]:
+        k -= 1
+    return step - k
+
+
+def _bound(plans: dict, version: int | None) -> float | None:
+    return None if not version else (plans.get(version) or {}).get("bound_iteration_seconds")
+
+
+def _predicted(plans: dict, version: int, unplanned: float | None) -> float | None:
+    """What the service expected of plan ``version`` when it committed it (an empty plan that rolls back
+    to passthrough: passthrough's model time)."""
+    if version == 0:
+        return unplanned
+    state = plans.get(version) or {}
+    if state.get("predicted_seconds") is not None:
+        return state["predicted_seconds"]
+    return unplanned if state.get("origin", "") == "rollback to v0" else None
+
+
+def _unplanned(events: list[dict]) -> float | None:
+    """The first search's model time of the traced job with nothing planned."""
+    first_search = next((e["search"] for e in events if e["kind"] == "searched" and "search" in e), {})
+    return first_search.get("running_seconds", first_search.get("fifo_seconds"))
+
+
 def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict],
            drops: Sequence[tuple[int, dict[int, int]]] = ()) -> list[dict]:
     seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
@@ -72,10 +127,7 @@ def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]
         return versions[step - 1]
 
     def since_switch(step: int) -> int:
-        k = step
-        while k > 1 and v(k - 1) == v(step):
-            k -= 1
-        return step - k
+        return _since_switch(versions, step)
 
     first_switch = next((s for s in steps if v(s) > 0), None)
     first = v(first_switch) if first_switch else None
@@ -90,24 +142,75 @@ def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]
                     and (after is None or s < after)],
         "replanned": [s for s in steps if after and s >= after and v(s) == replanned and since_switch(s) >= SETTLE],
     }
-    first_search = next((e["search"] for e in events if e["kind"] == "searched" and "search" in e), {})
-    unplanned = first_search.get("running_seconds", first_search.get("fifo_seconds"))
+    unplanned = _unplanned(events)
     version = {"passthrough": 0, "first-plan": first, "changed": at_change, "replanned": replanned}
+    # Before the change the first plan's bound, after it the replanned plan's (module docstring).
+    bound = {name: _bound(plans, first if name in ("passthrough", "first-plan") else replanned) for name in PHASES}
     rows = []
     for name in PHASES:
         picked = chosen[name]
         plan = version[name]
-        predicted = unplanned if plan == 0 else (plans.get(plan) or {}).get("predicted_seconds")
-        if plan is not None and plan > 0 and predicted is None:     # a rollback to passthrough: an empty plan
-            origin = (plans.get(plan) or {}).get("origin", "")
-            predicted = unplanned if origin == "rollback to v0" else None
+        measured = statistics.median(seconds[s - 1] for s in picked) if picked else None
         rows.append({"name": name, "plan_version": plan, "steps": len(picked),
                      "first_step": picked[0] if picked else None, "last_step": picked[-1] if picked else None,
-                     "measured_iteration_seconds": statistics.median(seconds[s - 1] for s in picked) if picked else None,
-                     "predicted_iteration_seconds": predicted,
+                     "measured_iteration_seconds": measured,
+                     "predicted_iteration_seconds": None if plan is None else _predicted(plans, plan, unplanned),
                      "model_iteration_seconds": unplanned if plan == 0 else model_seconds(events, plan),
+                     "bound_iteration_seconds": bound[name], "ratio_to_bound": ratio(measured, bound[name]),
                      "nic_drops_per_iteration": drop_rate(drops, picked[0], picked[-1]) if picked else None})
     return rows
+
+
+def committed_plans(rank0: dict, change_step: int | None, plans: dict, events: list[dict]) -> list[dict]:
+    """Every plan version the job ran (module docstring), on the cluster state it was committed for:
+    ``cluster`` "before" when it first ran before the change (its steps before the change), else
+    "after" (its steps after the change's first two)."""
+    seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
+    change = change_step if change_step is not None else len(seconds) + 1
+    unplanned = _unplanned(events)
+    rows = []
+    for version in sorted(set(versions) - {0}):
+        ran = [s for s in range(1, len(seconds) + 1) if versions[s - 1] == version]
+        before = ran[0] < change
+        picked = [s for s in ran if (s < change if before else s > change + 1) and _since_switch(versions, s) >= SETTLE]
+        measured = statistics.median(seconds[s - 1] for s in picked) if picked else None
+        row = {"plan_version": version, "cluster": "before" if before else "after", "steps": len(picked),
+               "measured_iteration_seconds": measured,
+               "predicted_iteration_seconds": _predicted(plans, version, unplanned),
+               "model_iteration_seconds": model_seconds(events, version),
+               "bound_iteration_seconds": _bound(plans, version),
+               "ratio_to_bound": ratio(measured, _bound(plans, version))}
+        rows.append({**row, "prediction_error": prediction_error(row)})
+    return rows
+
+
+def peer_segment(segment: dict | None, bound: float | None) -> dict | None:
+    """One peer segment's row: its steps after :data:`WARMUP`, their median, the drops per
+    iteration over them, and ``bound`` (the plans' beside it; None for no segment)."""
+    if segment is None:
+        return None
+    seconds = segment["rank0"]["step_seconds"]
+    picked = list(range(WARMUP + 1, len(seconds) + 1))
+    measured = statistics.median(seconds[s - 1] for s in picked) if picked else None
+    return {"measured_iteration_seconds": measured, "steps": len(picked),
+            "first_step": picked[0] if picked else None, "last_step": picked[-1] if picked else None,
+            "gloo_socket_ifname": segment["ifnames"],
+            "nic_drops_per_iteration": drop_rate(segment["drops"], picked[0], picked[-1]) if picked else None,
+            "bound_iteration_seconds": bound, "ratio_to_bound": ratio(measured, bound)}
+
+
+def peer(segments: dict, rows: list[dict]) -> dict:
+    """``{before, after}``: the peer segments' rows, each with the bound of the phases beside it."""
+    bound = {row["name"]: row["bound_iteration_seconds"] for row in rows}
+    return {"before": peer_segment(segments.get("before"), bound["first-plan"]),
+            "after": peer_segment(segments.get("after"), bound["replanned"])}
+
+
+def speedup(slower: dict | None, faster: dict | None) -> float | None:
+    """``slower``'s measured iteration time over ``faster``'s (None without both)."""
+    if not slower or not faster:
+        return None
+    return ratio(slower["measured_iteration_seconds"], faster["measured_iteration_seconds"])
 
 
 def iterations_to_commit(events: list[dict], change_step: int | None) -> int | None:
@@ -168,21 +271,35 @@ def _ms(value: float | None) -> str:
     return "-" if value is None or not math.isfinite(value) else f"{value * 1e3:.1f} ms"
 
 
-def table(rows: list[dict]) -> str:
-    lines = [f"{'phase':<13} {'plan':>5} {'steps':>6} {'measured':>11} {'predicted':>11} {'error':>6}  NIC drops/it"]
+def table(rows: list[dict], peer_rows: dict | None = None) -> str:
+    """The phases, with the peer's rows (plan "gloo": plain gloo over every NIC) beside the phases
+    of the same cluster state: before the change after passthrough, after it after ``changed``."""
+    peer_rows = peer_rows or {}
+    shown = []
     for row in rows:
-        measured, predicted = row["measured_iteration_seconds"], row["predicted_iteration_seconds"]
+        shown.append(row)
+        state = {"passthrough": "before", "changed": "after"}.get(row["name"])
+        if state and peer_rows.get(state):
+            shown.append({**peer_rows[state], "name": f"peer-{state}", "plan": "gloo"})
+    lines = [f"{'phase':<13} {'plan':>5} {'steps':>6} {'measured':>11} {'predicted':>11} {'error':>6} "
+             f"{'bound':>11} {'/bound':>7}  NIC drops/it"]
+    for row in shown:
+        measured, predicted = row["measured_iteration_seconds"], row.get("predicted_iteration_seconds")
         off = prediction_error(row)
         error = "-" if off is None else f"{off * 100:+.0f} %"
-        plan = "-" if row["plan_version"] is None else f"v{row['plan_version']}"
+        plan = row.get("plan") or ("-" if row["plan_version"] is None else f"v{row['plan_version']}")
+        to_bound = "-" if row["ratio_to_bound"] is None else f"{row['ratio_to_bound']:.2f}x"
         rates = row.get("nic_drops_per_iteration")
         drops = " + ".join(f"{rate:.1f}" for rate in rates.values()) if rates else "-"
         lines.append(f"{row['name']:<13} {plan:>5} {row['steps']:>6} {_ms(measured):>11} {_ms(predicted):>11} "
-                     f"{error:>6}  {drops}")
+                     f"{error:>6} {_ms(row['bound_iteration_seconds']):>11} {to_bound:>7}  {drops}")
     return "\n".join(lines)
 
 
-def plot(path: Path, rank0: dict, change_step: int | None, events: list[dict], title: str) -> None:
+def plot(path: Path, rank0: dict, change_step: int | None, events: list[dict], title: str,
+         peer_rows: dict | None = None) -> None:
+    """Rank 0's iteration times with the plan switches, the change and the replanning requests;
+    the peer's median (before and after the change) as dotted lines over the steps of that state."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -201,6 +318,12 @@ def plot(path: Path, rank0: dict, change_step: int | None, events: list[dict], t
     for event in events:
         if event["kind"] == "replan" and event.get("iteration") is not None:
             axis.plot([event["iteration"] + 1], [0], marker="^", color="tab:orange", ms=8, clip_on=False)
+    change = change_step if change_step is not None else len(steps)
+    for state, span in (("before", (1, change)), ("after", (change, len(steps)))):
+        row = (peer_rows or {}).get(state)
+        if row and row["measured_iteration_seconds"]:
+            axis.plot(span, [row["measured_iteration_seconds"] * 1e3] * 2, ls=":", lw=1.5, color="tab:purple",
+                      label="the peer: gloo over every NIC" if state == "before" else None)
     axis.plot([], [], ls="--", color="tab:green", label="plan switch")
     axis.plot([], [], marker="^", ls="", color="tab:orange", label="replanning asked")
     axis.set_xlabel("step")

@@ -9,7 +9,8 @@ The steps (issue 16's main job):
 2. **Service.** ``p2 serve`` with replanning on, an SQLite store in the work
    folder and the cluster's topology, inside node 0's namespace on its NIC
    address: the ranks of other nodes reach it over the network, as on a cluster.
-3. **Job.** ``examples/train_dlrm.py`` (or ``train_ddp.py``) on every rank through ``p2enforcer``
+3. **Job.** One of :data:`JOBS` (``examples/train_dlrm.py``, ``train_ddp.py`` or
+   ``train_fsdp.py --mixed-precision bf16``) on every rank through ``p2enforcer``
    with ``P2_SERVICE``; nobody submits a plan: the service plans, commits and
    replans by itself.
 4. **Change.** Once the service's first plan has been committed and judged
@@ -17,6 +18,17 @@ The steps (issue 16's main job):
    (channel 1) is slowed ``throttle`` times with ``tc``.
 5. **Report.** From rank 0's per-step times and plan versions, and the
    service's stored events and plan records: :mod:`optimizer_service.cli.demo_report`.
+
+**The peer** (issue 32, item 5): what a user with two NICs gets without the
+service — the same job under plain gloo with ``GLOO_SOCKET_IFNAME`` listing
+every NIC of the node (gloo deals whole ops round-robin over them), where
+passthrough keeps the inner backend on one NIC. The issue asks for the peer
+"in the same run, interleaved"; the service's job cannot be paused, so the
+reading taken here is bracketing: a peer segment of ``peer_steps`` steps on
+the cluster as built, before the service and its job start, and one on the
+changed cluster (second NIC slowed) after the job ends and the service has
+stopped. Each segment is measured against the cluster state the plans next to
+it ran on, within minutes of them, on the same namespaces and ``tbf`` queues.
 """
 
 from __future__ import annotations
@@ -29,12 +41,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
 from deploy.emulated import (
+    DEFAULT_FABRIC,
     can_manage_namespaces,
     create_cluster,
     destroy_cluster,
@@ -46,11 +59,34 @@ from deploy.emulated.probe import in_namespace
 from deploy.emulated.state import find_state_dir
 from optimizer_service.cli.demo_report import TRACE_DIR
 from optimizer_service.errors import JobFailedError
+from optimizer_service.plan.plan import Plan
 from optimizer_service.service.store.sqlite_store import SqlitePlanStore
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The jobs the demo can train: name -> example script (the DLRM-like job is the issue's; DDP the plainer one).
-JOBS = {"dlrm": "train_dlrm.py", "ddp": "train_ddp.py"}
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job the demo trains: an example script, the flags it always gets, and what the report calls it."""
+
+    script: str
+    title: str
+    flags: tuple[str, ...] = ()
+
+    def command(self, backend: str, steps: int, out: Path, extra: Sequence[str] = ()) -> list[str]:
+        """Every rank's command line: ``backend`` for ``steps`` steps, rank 0's JSON to ``out``."""
+        return [sys.executable, str(ROOT / "examples" / self.script), *self.flags, "--backend", backend,
+                "--steps", str(steps), "--json", str(out), *extra]
+
+
+#: The jobs the demo can train (issue 32, item 7): the DLRM-like job (all-to-all + all-reduce), a DDP
+#: MLP (all-reduce) and FSDP2 in bf16 mixed precision (bf16 all-gathers, reduce-scatters).
+JOBS = {"dlrm": Job("train_dlrm.py", "DLRM-like"),
+        "ddp": Job("train_ddp.py", "DDP"),
+        # 1.05 M parameters: ~8.4 MB of bf16 all-gathers and fp32 reduce-scatters per rank and step,
+        # so the NICs, not the two cores, set the pace (examples/README.md, FSDP2 in bf16)
+        "fsdp": Job("train_fsdp.py", "FSDP2 bf16",
+                    ("--mixed-precision", "bf16", "--width", "256", "--hidden", "1024", "--blocks", "2"))}
 SWITCH_EVERY = 4
 #: A demo-length policy: the defaults' shape (optimizer_service/control/policy_config.py), shorter windows.
 POLICY = ("first_plan_after=20", "warmup=5", "window=15", "min_samples=8", "evaluate=12", "consecutive=8",
@@ -71,6 +107,8 @@ class DemoConfig:
     steps: int = 300
     model: tuple[str, ...] = ()     # extra train_dlrm.py flags (model size)
     job: str = "dlrm"               # a key of JOBS
+    fabric: str = DEFAULT_FABRIC    # how the emulated NICs queue (deploy.emulated.fabric)
+    peer_steps: int = 40            # steps of each peer segment (0: no peer)
     search_budget: float = 3.0
     name: str = "p2demo"
     loopback: bool = False          # force the loopback cluster even as root
@@ -124,7 +162,6 @@ class DemoRun:
         self.service: subprocess.Popen | None = None
         self.address = ""
         self.dashboard = ""
-        self.exit_code: int | None = None
 
     # ------------------------------------------------------------- the run
     def run(self) -> dict:
@@ -138,14 +175,19 @@ class DemoRun:
             destroy_cluster(config.name)
         self.say(f"building the {'emulated' if self.shaped else 'loopback'} cluster {config.name}: "
                  f"{config.nodes} x {config.per_node} ranks" +
-                 (f", NICs {config.nic * 8 / 1e6:g} + {config.nic2 * 8 / 1e6:g} Mbit/s per node" if self.shaped else ""))
+                 (f", NICs {config.nic * 8 / 1e6:g} + {config.nic2 * 8 / 1e6:g} Mbit/s per node, "
+                  f"{config.fabric} fabric" if self.shaped else ""))
         self.info = create_cluster(config.name, config.nodes, config.per_node, config.nic, config.nic2,
-                                   shaped=self.shaped)
+                                   shaped=self.shaped, fabric=config.fabric)
         # The cluster's state folder goes with it at the end; the report's offline search needs the topology.
         self.topology_path.write_text(self.info.topology_path.read_text())
         try:
+            peer = {"before": self._peer("before")}
             self._start_service()
             result = self._train()
+            self._stop_service()
+            peer["after"] = self._peer("after") if result["change_step"] is not None else None
+            result["peer"] = peer
         finally:
             self._stop_service()
             destroy_cluster(config.name)
@@ -204,53 +246,97 @@ class DemoRun:
         config = self.config
         out = self.work / "rank0.json"
         out.unlink(missing_ok=True)
-        script = JOBS[config.job]
-        command = [sys.executable, str(ROOT / "examples" / script), "--backend", "p2enforcer", "--steps",
-                   str(config.steps), "--json", str(out), *config.model]
+        job = JOBS[config.job]
+        command = job.command("p2enforcer", config.steps, out, config.model)
         env = {"P2_SERVICE": self.address, "P2_JOB": config.job, "P2_SWITCH_EVERY": str(SWITCH_EVERY)}
-        self.say(f"training {config.job} ({config.steps} steps, examples/{script} {' '.join(config.model)}) through "
-                 "p2enforcer; the service plans it by itself")
-        runner = threading.Thread(target=self._ranks, args=(command, env), daemon=True)
-        started = time.time()
-        runner.start()
+        self.say(f"training {config.job} ({config.steps} steps, examples/{job.script} "
+                 f"{' '.join(job.flags + config.model)}) through p2enforcer; the service plans it by itself")
         store = None
         shown_step = 0
-        while runner.is_alive():
-            runner.join(0.5)
+
+        def watch(step: int) -> None:
+            nonlocal store, shown_step
             if store is None and (self.work / "service.db").exists():
                 store = SqlitePlanStore.open(self.work / "service.db")
             if store is not None:
                 self._poll_events(store)
-            step = self.progress.last_step()
             if self.shaped and (not self.drops or step > self.drops[-1][0]):
                 self.drops.append((step, nic_drops(self.info)))
             if step >= shown_step + 10:
                 shown_step = step
                 self.say(self._progress_line(step))
             self._maybe_change(step)
-            if time.time() - started > config.timeout:
-                raise JobFailedError(f"the demo's job did not finish within {config.timeout:g} s")
+
+        code = self._watch(command, env, self.progress, watch)
+        plans = {}
         if store is not None:
             self._poll_events(store)
-            plans = {stored.version: state for stored in store.list_plans(config.job)
-                     if (state := store.get_plan_state(config.job, stored.version)) is not None}
+            for stored in store.list_plans(config.job):
+                state = store.get_plan_state(config.job, stored.version) or {}
+                plans[stored.version] = {**state, "bound_iteration_seconds":
+                                         Plan.parse(stored.plan_json).bound_iteration_seconds}
             store.close()
-        else:
-            plans = {}
-        if self.exit_code != 0 or not out.exists():
-            raise JobFailedError(f"the job failed (exit code {self.exit_code}); its last lines:\n" +
+        if code != 0 or not out.exists():
+            raise JobFailedError(f"the job failed (exit code {code}); its last lines:\n" +
                                  "\n".join(self.progress.tail[-15:]))
         return {"rank0": json.loads(out.read_text()), "events": self.events, "plans": plans,
                 "change_step": self.progress.change_step, "change_unix": self.progress.change_unix,
                 "shaped": self.shaped, "address": self.address, "steps_seen": list(self.progress.steps),
                 "drops": self.drops}
 
-    def _ranks(self, command: list[str], env: dict[str, str]) -> None:
-        try:
-            self.exit_code = run_ranks(self.info, command, env=env, out=self.progress, err=self.progress)
-        except Exception as error:        # reported by _train, which sees no rank0.json
-            self.progress.write(f"[demo] {error}\n")
-            self.exit_code = 1
+    def _peer(self, state: str) -> dict | None:
+        """A peer segment (module docstring): the job under plain gloo over every NIC of the node for
+        ``peer_steps`` steps on the cluster as it is now (``state``: "before" or "after" the change).
+        Returns rank 0's JSON, the drops sampled per step and the NICs it used; None on loopback
+        (no NICs) or with ``peer_steps`` 0."""
+        config = self.config
+        if not self.shaped or not config.peer_steps:
+            return None
+        # Every node names its NICs alike (deploy.emulated.names.node_ifname), so node 0's list is every rank's.
+        ifnames = ",".join(self.info.nic(0, channel).ifname for channel in range(self.info.channels))
+        out = self.work / f"peer-{state}.json"
+        out.unlink(missing_ok=True)
+        command = JOBS[config.job].command("gloo", config.peer_steps, out, config.model)
+        self.say(f"the peer, {state} the change: {config.job} under plain gloo over every NIC "
+                 f"(GLOO_SOCKET_IFNAME={ifnames}), {config.peer_steps} steps")
+        drops: list[tuple[int, dict[int, int]]] = [(0, nic_drops(self.info))]
+
+        def watch(step: int) -> None:
+            if step > drops[-1][0]:
+                drops.append((step, nic_drops(self.info)))
+
+        with (self.work / f"peer-{state}.log").open("w") as log:
+            progress = Progress(log=log)
+            code = self._watch(command, {"GLOO_SOCKET_IFNAME": ifnames}, progress, watch)
+        if code != 0 or not out.exists():
+            raise JobFailedError(f"the peer run ({state} the change) failed (exit code {code}); its last lines:\n" +
+                                 "\n".join(progress.tail[-15:]))
+        if drops[-1][0] < config.peer_steps:
+            drops.append((config.peer_steps, nic_drops(self.info)))
+        return {"rank0": json.loads(out.read_text()), "drops": drops, "ifnames": ifnames}
+
+    def _watch(self, command: list[str], env: dict[str, str], progress: Progress,
+               watch: Callable[[int], None]) -> int:
+        """Run ``command`` as every rank, calling ``watch(rank 0's last step)`` twice a second;
+        returns the ranks' exit code."""
+        code: list[int] = []
+
+        def ranks() -> None:
+            try:
+                code.append(run_ranks(self.info, command, env=env, out=progress, err=progress))
+            except Exception as error:        # the caller reports it: it sees no rank-0 JSON
+                progress.write(f"[demo] {error}\n")
+                code.append(1)
+
+        runner = threading.Thread(target=ranks, daemon=True)
+        started = time.time()
+        runner.start()
+        while runner.is_alive():
+            runner.join(0.5)
+            watch(progress.last_step())
+            if time.time() - started > self.config.timeout:
+                raise JobFailedError(f"the ranks of {command[1]} did not finish within {self.config.timeout:g} s")
+        return code[0]
 
     # ------------------------------------------------------------- watching
     def _poll_events(self, store: SqlitePlanStore) -> None:

@@ -17,8 +17,10 @@ SMALL = ["--tables", "8", "--rows", "2000", "--dim", "32", "--batch", "32", "--s
 
 def check_report(report: dict, emulated: bool) -> None:
     assert [phase["name"] for phase in report["phases"]] == ["passthrough", "first-plan", "changed", "replanned"]
-    assert set(report) >= {"cluster", "job", "phases", "speedup", "replan", "events"}
-    assert set(report["replan"]) >= {"iterations_to_commit", "ratio_to_offline_best"}
+    assert set(report) >= {"cluster", "job", "phases", "peer", "plans", "speedup", "speedup_over_peer", "replan",
+                           "events"}
+    assert set(report["replan"]) >= {"iterations_to_commit", "ratio_to_offline_best", "speedup_over_peer"}
+    assert report["cluster"]["fabric"] == "lossless"
     assert report["cluster"]["emulated"] is emulated
     kinds = [event["kind"] for event in report["events"]]
     assert "replan" in kinds and "commit" in kinds, kinds       # the service planned and committed by itself
@@ -38,17 +40,20 @@ def test_the_demo_on_loopback_plans_and_commits(tmp_path):
                 "--plot", str(picture), timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "on loopback" in result.stderr and "speed-ups" in result.stderr
-    assert "passthrough" in result.stdout and "first-plan" in result.stdout
-    check_report(json.loads(out.read_text()), emulated=False)
+    assert "passthrough" in result.stdout and "first-plan" in result.stdout and "bound" in result.stdout
+    report = json.loads(out.read_text())
+    check_report(report, emulated=False)
+    assert report["peer"] == {"before": None, "after": None}      # no NICs on loopback: no peer to run
     assert picture.stat().st_size > 10_000
 
 
 @pytest.mark.skipif(not can_manage_namespaces(), reason="the emulated cluster needs CAP_NET_ADMIN (root)")
 def test_the_demo_on_the_emulated_cluster_commits_a_plan_and_a_replan_after_the_nic_slows(tmp_path):
-    # The demo's model (a smaller one leaves the NICs idle: nothing to replan for), the second NIC slowed 8x.
+    # The demo's model (a smaller one leaves the NICs idle: nothing to replan for), the second NIC slowed 8x,
+    # short peer segments.
     out = tmp_path / "demo.json"
-    result = p2("demo", "--steps", "130", "--throttle", "8", "--search-budget", "1", "--name", "p2demotest",
-                "--work-dir", str(tmp_path / "work"), "--json", str(out), timeout=1200)
+    result = p2("demo", "--steps", "130", "--throttle", "8", "--search-budget", "1", "--peer-steps", "12",
+                "--name", "p2demotest", "--work-dir", str(tmp_path / "work"), "--json", str(out), timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
     check_report(report, emulated=True)
@@ -59,11 +64,24 @@ def test_the_demo_on_the_emulated_cluster_commits_a_plan_and_a_replan_after_the_
     assert phases["replanned"]["measured_iteration_seconds"] > 0
     assert set(phases["passthrough"]["nic_drops_per_iteration"]) == {"0", "1"}
     assert report["replan"]["offline_best_predicted_seconds"] > 0 and report["replan"]["ratio_to_offline_best"] > 0
+    # The peer (plain gloo over both NICs) before the job and on the changed cluster, and the plans' bounds.
+    for state in ("before", "after"):
+        segment = report["peer"][state]
+        assert segment["measured_iteration_seconds"] > 0 and segment["steps"] == 12 - 5, segment
+        assert segment["gloo_socket_ifname"] == "nic0,nic1" and set(segment["nic_drops_per_iteration"]) == {"0", "1"}
+        assert segment["bound_iteration_seconds"] > 0 and segment["ratio_to_bound"] > 0
+    assert report["speedup_over_peer"] > 0 and report["replan"]["speedup_over_peer"] > 0
+    for name in ("first-plan", "replanned"):
+        assert phases[name]["bound_iteration_seconds"] > 0 and phases[name]["ratio_to_bound"] > 0, phases[name]
+    assert [plan["plan_version"] for plan in report["plans"]] == sorted(set(report["plan_versions"]) - {0})
+    assert "peer-before" in result.stdout and "peer-after" in result.stdout and "GLOO_SOCKET_IFNAME" in result.stderr
 
 
 @pytest.mark.parametrize("args, words", [
     (["--job", "ddp", "--tables", "8"], "--tables sizes the DLRM-like model"),
-    (["--job", "fsdp"], "'fsdp' is not one of"),
+    (["--job", "bert"], "'bert' is not one of"),
+    (["--fabric", "wet"], "'wet' is not one of"),
+    (["--peer-steps", "3"], "--peer-steps 3 leaves no step after the peer's 5 warm-up steps"),
     (["--tables", "7"], "must be a multiple of the 8 ranks"),
 ])
 def test_bad_demo_options_are_one_line_and_exit_2(args, words, tmp_path):

@@ -1,10 +1,21 @@
-"""The pure parts of ``p2 demo``'s report: NIC drops per iteration and the live search's model time."""
+"""The pure parts of ``p2 demo``'s report: NIC drops per iteration, the live search's model time, the
+bound and the peer beside each phase, and every committed plan's prediction."""
 
 from __future__ import annotations
 
 import pytest
 
-from optimizer_service.cli.demo_report import drop_rate, model_seconds, phases
+from optimizer_service.cli.demo_report import (
+    PHASES,
+    WARMUP,
+    committed_plans,
+    drop_rate,
+    model_seconds,
+    peer,
+    phases,
+    speedup,
+    table,
+)
 
 
 def test_drop_rate_is_per_channel_and_per_iteration_between_the_samples_around_the_steps():
@@ -36,3 +47,82 @@ def test_phases_carry_the_drops_of_their_steps():
     assert by_name["first-plan"]["nic_drops_per_iteration"] == {"0": pytest.approx(1.0), "1": 0.0}
     assert by_name["first-plan"]["measured_iteration_seconds"] == 0.5
     assert by_name["changed"]["nic_drops_per_iteration"] is None        # no change, no steps
+
+
+def _run(versions: list[int], seconds: list[float]) -> dict:
+    return {"step_seconds": seconds, "plan_versions": versions}
+
+
+def test_phases_carry_the_first_plans_bound_before_the_change_and_the_replanned_plans_after():
+    # 10 passthrough steps, v1 for 20 (the change at step 25), v2 from step 36.
+    versions = [0] * 10 + [1] * 25 + [2] * 15
+    seconds = [1.0] * 10 + [0.5] * 15 + [0.8] * 10 + [0.6] * 15
+    plans = {1: {"predicted_seconds": 0.55, "bound_iteration_seconds": 0.4},
+             2: {"predicted_seconds": 0.5, "bound_iteration_seconds": 0.5}}
+    rows = {row["name"]: row for row in phases(_run(versions, seconds), 25, plans, [])}
+    assert [rows[name]["bound_iteration_seconds"] for name in PHASES] == [0.4, 0.4, 0.5, 0.5]
+    assert rows["passthrough"]["ratio_to_bound"] == pytest.approx(2.5)
+    assert rows["first-plan"]["ratio_to_bound"] == pytest.approx(1.25)
+    assert rows["changed"]["ratio_to_bound"] == pytest.approx(1.6)
+    assert rows["replanned"]["ratio_to_bound"] == pytest.approx(1.2)
+
+
+def test_phases_without_a_bound_say_none():
+    rows = phases(_run([0] * 10 + [1] * 10, [1.0] * 10 + [0.5] * 10), None, {1: {"predicted_seconds": 0.5}}, [])
+    assert all(row["bound_iteration_seconds"] is None and row["ratio_to_bound"] is None for row in rows)
+
+
+def test_committed_plans_are_judged_on_the_cluster_state_they_were_committed_for():
+    # v1 before the change (step 21) and on after it; v2 only after it; v3 a rollback to passthrough.
+    versions = [0] * 5 + [1] * 25 + [2] * 10 + [3] * 10
+    seconds = [1.0] * 5 + [0.5] * 15 + [0.9] * 10 + [0.6] * 10 + [1.0] * 10
+    plans = {1: {"predicted_seconds": 0.55, "bound_iteration_seconds": 0.4},
+             2: {"predicted_seconds": 0.6, "bound_iteration_seconds": 0.5},
+             3: {"origin": "rollback to v0"}}
+    events = [{"kind": "searched", "version": 1, "search": {"running_seconds": 0.95, "predicted_seconds": 0.5}}]
+    rows = {row["plan_version"]: row for row in committed_plans(_run(versions, seconds), 21, plans, events)}
+    assert rows[1]["cluster"] == "before" and rows[1]["steps"] == 15 - 3       # steps 9..20 (after settling)
+    assert rows[1]["measured_iteration_seconds"] == 0.5 and rows[1]["prediction_error"] == pytest.approx(0.1)
+    assert rows[1]["ratio_to_bound"] == pytest.approx(1.25)
+    assert rows[2]["cluster"] == "after" and rows[2]["measured_iteration_seconds"] == 0.6
+    assert rows[2]["prediction_error"] == pytest.approx(0.0)
+    assert rows[3]["predicted_iteration_seconds"] == 0.95 and rows[3]["bound_iteration_seconds"] is None
+    assert rows[3]["ratio_to_bound"] is None
+
+
+def test_the_peer_is_the_median_after_warm_up_with_its_drops_and_the_bound_of_its_cluster_state():
+    seconds = [2.0] * WARMUP + [0.3, 0.4, 0.5, 0.6, 0.7]
+    drops = [(0, {0: 0, 1: 0})] + [(s, {0: 10 * s, 1: s}) for s in range(1, 11)]
+    rows = phases(_run([0] * 10 + [1] * 30, [1.0] * 40), 30,
+                  {1: {"bound_iteration_seconds": 0.25}}, [])
+    found = peer({"before": {"rank0": {"step_seconds": seconds}, "drops": drops, "ifnames": "nic0,nic1"},
+                  "after": None}, rows)
+    before = found["before"]
+    assert before["measured_iteration_seconds"] == 0.5 and before["steps"] == 5
+    assert (before["first_step"], before["last_step"]) == (WARMUP + 1, WARMUP + 5)
+    assert before["nic_drops_per_iteration"] == {"0": pytest.approx(10.0), "1": pytest.approx(1.0)}
+    assert before["bound_iteration_seconds"] == 0.25 and before["ratio_to_bound"] == pytest.approx(2.0)
+    assert before["gloo_socket_ifname"] == "nic0,nic1"
+    assert found["after"] is None
+
+
+def test_speedup_is_the_ratio_of_measured_times_or_none():
+    assert speedup({"measured_iteration_seconds": 0.6}, {"measured_iteration_seconds": 0.4}) == pytest.approx(1.5)
+    assert speedup(None, {"measured_iteration_seconds": 0.4}) is None
+    assert speedup({"measured_iteration_seconds": None}, {"measured_iteration_seconds": 0.4}) is None
+
+
+def test_the_table_shows_the_peer_beside_its_cluster_state_and_the_bound():
+    versions = [0] * 10 + [1] * 25 + [2] * 15
+    seconds = [1.0] * 10 + [0.5] * 15 + [0.8] * 10 + [0.6] * 15
+    plans = {1: {"predicted_seconds": 0.55, "bound_iteration_seconds": 0.4},
+             2: {"predicted_seconds": 0.5, "bound_iteration_seconds": 0.5}}
+    rows = phases(_run(versions, seconds), 25, plans, [])
+    segment = {"rank0": {"step_seconds": [0.7] * 20}, "drops": [], "ifnames": "nic0,nic1"}
+    lines = table(rows, peer({"before": segment, "after": segment}, rows)).splitlines()
+    assert [line.split()[0] for line in lines] == ["phase", "passthrough", "peer-before", "first-plan", "changed",
+                                                   "peer-after", "replanned"]
+    assert "bound" in lines[0]
+    assert lines[2].split()[1] == "gloo" and "700.0 ms" in lines[2] and "1.75x" in lines[2]     # 0.7 / 0.4
+    assert "500.0 ms" in lines[6] and "1.20x" in lines[6]                                        # 0.6 / 0.5
+    assert len(table(rows).splitlines()) == 5                                                    # no peer rows
