@@ -5,6 +5,7 @@ import json
 import pytest
 
 from optimizer_service.plan.plan import Plan
+from optimizer_service.units import human_seconds
 from tests.support.cli import p2
 from tests.support.traces import op, trace
 
@@ -26,9 +27,20 @@ def test_a_workload_gives_the_table_the_json_the_plan_and_the_gantt(tmp_path):
     result = p2("optimize", "--workload", "dlrm-a1", "--budget", "2", "--seed", "4", "--json", str(out),
                 "--plan", str(plan), "--gantt", str(png))
     assert result.returncode == 0, result.stderr
-    rows = [line.split()[0] for line in result.stdout.splitlines()[1:]]
-    assert rows == SYSTEM_NAMES
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines[1:-1]] == SYSTEM_NAMES
     data = json.loads(out.read_text())
+    # the lower bound beside Syndicate's prediction: printed, in the JSON and on the plan
+    bound = data["bound"]
+    syndicate = data["systems"][-1]["iteration_seconds"]
+    assert 0 < data["bound_iteration_seconds"] == bound["seconds"] == data["plan"]["bound_iteration_seconds"]
+    assert bound["seconds"] <= syndicate * (1 + 1e-9) and bound["binding"]
+    assert bound["seconds"] == max(bound["compute_seconds"], bound["stream_seconds"], bound["network_seconds"])
+    assert lines[-1] == (f"Syndicate predicts {syndicate * 1e3:.3f} ms per iteration, "
+                         f"{syndicate / bound['seconds']:.2f}x the lower bound: {human_seconds(bound['seconds'])}, "
+                         f"bound by {bound['binding']} (critical path {human_seconds(bound['compute_seconds'])}, "
+                         f"busiest compute stream {human_seconds(bound['stream_seconds'])}, "
+                         f"NICs {human_seconds(bound['network_seconds'])})")
     assert data["workload"] == "dlrm-a1" and data["topology"] == "hgx2-4n"
     assert [s["name"] for s in data["systems"]] == SYSTEM_NAMES
     for system in data["systems"]:
@@ -63,6 +75,8 @@ def test_a_recorded_trace_is_optimized(tmp_path):
     data = json.loads((tmp_path / "o.json").read_text())
     assert data["measured_iteration_seconds"] == pytest.approx(0.01)
     assert len(data["plan"]["ops"]) == 2
+    assert 0 < data["bound_iteration_seconds"] == data["bound"]["seconds"] == data["plan"]["bound_iteration_seconds"]
+    assert "the lower bound: " in result.stdout
 
 
 def test_a_traced_job_in_bf16_and_int64_gets_a_plan_of_its_ops(tmp_path):
