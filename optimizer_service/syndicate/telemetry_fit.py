@@ -57,6 +57,12 @@ shape far off the others counts less. Guards:
   grow together: the weighted, normalised design's smallest singular value
   under :data:`SEPARABLE` of its largest) are not fitted: the latency first,
   then the fixed cost, keep their calibrated values and the rest is fitted;
+* a fixed cost or latency the non-negative fit puts at 0 is the constraint
+  binding, not a measurement: the live loop's second window (a running plan's
+  few large network motifs) fitted channel 0 at 0 ms per motif and the search
+  then priced small channel-0 motifs as free, committing a plan 56-64 % slower
+  than it predicted. Such a term keeps its calibrated value, and a fixed cost
+  is then shared (below) with the line's other terms fitted again around it;
 * a link is never fitted faster than calibrated (``scale >= 1``: the term is
   fitted as its excess over the calibrated rate, which is the rate measured
   by ``p2 calibrate``'s probes on a quiet host or the NIC's shaped rate; a job
@@ -248,8 +254,13 @@ def host_links(topology: Topology) -> tuple:
 
 
 # ----------------------------------------------------------------------- the fit
-def fit_line(samples: Sequence[Sample], calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS) -> Line:
-    """The robust fit of one channel's (or the host's) samples (module docstring)."""
+def fit_line(samples: Sequence[Sample], calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS,
+             fixed: Mapping[str, float] | None = None) -> Line:
+    """The robust fit of one channel's (or the host's) samples (module docstring);
+    ``fixed`` gives terms their values instead of fitting them. A fixed cost or
+    latency the non-negative fit puts at 0 is its constraint, not a measurement:
+    the line is fitted again with that term at its calibrated value and the
+    term is not counted as fitted (:func:`fit_samples` then shares the fixed cost)."""
     usable = [s for s in samples if s.motifs > 0 and s.latency + s.transfer > 0 and s.measured >= 0]
     if len(usable) < MIN_SAMPLES:
         return Line(calibrated_motif_seconds, 1.0, 1.0, len(usable))
@@ -260,18 +271,23 @@ def fit_line(samples: Sequence[Sample], calibrated_motif_seconds: float = DEFAUL
                       statistics.median(s.transfer for s in group)] for group in shapes.values()])
     measured = np.array([statistics.median(s.measured for s in group) for group in shapes.values()])
     counts = np.array([len(group) for group in shapes.values()], dtype=float)
-    defaults = {"motif_seconds": calibrated_motif_seconds, "latency": 1.0, "rate": 1.0}
+    defaults = {"motif_seconds": calibrated_motif_seconds, "latency": 1.0, "rate": 1.0, **(fixed or {})}
     column = {"motif_seconds": 0, "latency": 1, "rate": 2}
-    for fitted in (TERMS, TERMS[:2], TERMS[:1]):
+    terms = tuple(t for t in TERMS if t not in (fixed or {}))
+    for fitted in (terms[:3], terms[:2], terms[:1]):
         free = [column[t] for t in fitted]
-        if _separable(rows[:, free], counts):
+        if fitted and _separable(rows[:, free], counts):
             break
     else:
-        return Line(calibrated_motif_seconds, 1.0, 1.0, len(usable))
+        return Line(defaults["motif_seconds"], defaults["latency"], 1.0, len(usable))
     # The rate's term is fitted as its excess over the calibrated rate (scale = 1 + excess, excess >= 0).
     known = rows[:, column["rate"]] + sum(rows[:, column[t]] * defaults[t] for t in TERMS
                                           if t not in fitted and t != "rate")
     coef = dict(zip(fitted, _robust_nonnegative(rows[:, free], measured - known, counts)))
+    at_zero = {t: defaults[t] for t in ("motif_seconds", "latency") if t in coef and coef[t] <= 0}
+    if at_zero:
+        line = fit_line(samples, calibrated_motif_seconds, {**(fixed or {}), **at_zero})
+        return replace(line, fitted=tuple(t for t in line.fitted if t not in at_zero))
     values = {**defaults, **coef, "rate": 1.0 + coef.get("rate", 0.0)}
     return Line(_clamp(values["motif_seconds"], 0.0, MAX_MOTIF_SECONDS),
                 _clamp(values["latency"], 0.0, MAX_LATENCY_SCALE), _clamp(values["rate"], 1.0, MAX_SCALE),
@@ -349,10 +365,16 @@ def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
     if fitted:
         shared = statistics.median(fitted)
 
-        def share(line: Line) -> Line:
-            return line if "motif_seconds" in line.fitted else replace(line, motif_seconds=shared, shared=True)
+        def share(line: Line, own: Sequence[Sample]) -> Line:
+            if "motif_seconds" in line.fitted:
+                return line
+            if line.fitted and not line.earlier:    # its other terms measured, the fixed cost at the shared value
+                refit = fit_line(own, calibrated_motif_seconds, {"motif_seconds": shared})
+                return replace(refit, fitted=tuple(t for t in refit.fitted if t != "motif_seconds"), shared=True)
+            return replace(line, motif_seconds=shared, shared=True)
 
-        lines, host = {c: share(line) for c, line in lines.items()}, share(host)
+        lines = {c: share(line, [s for s in samples if s.channel == c]) for c, line in lines.items()}
+        host = share(host, [s for s in samples if s.channel is None])
     return TelemetryFit(lines, host, calibrated_motif_seconds)
 
 

@@ -222,3 +222,23 @@ def test_passthrough_ops_that_overlap_are_one_busy_period():
     single = [s for s in samples if s.motifs == 2]
     assert all(s.measured == pytest.approx(0.01) for s in single)
     assert busy[0].transfer == pytest.approx(2 * (single[0].transfer * 100), rel=0.05)
+
+
+def test_a_fixed_cost_the_fit_puts_at_zero_is_not_a_measurement_and_takes_the_shared_one():
+    # channel 0's window: large motifs whose time the rate alone explains best (what a running
+    # plan's few big network motifs gave in the live loop); the host measured a 3 ms fixed cost
+    rng = random.Random(7)
+    big = []
+    for _ in range(40):
+        transfer = rng.choice([0.05, 0.08, 0.12, 0.2])
+        big.append(Sample(0, 1, 1e-4, transfer, 2.5 * transfer - 0.004 + rng.uniform(-1e-4, 1e-4)))
+    alone = fit_line(big)
+    assert "motif_seconds" not in alone.fitted and alone.motif_seconds == DEFAULT_DISPATCH_SECONDS
+    host = [Sample(None, motifs, 1e-4 * motifs, transfer, 0.003 * motifs + 1e-4 * motifs + 2 * transfer)
+            for motifs, transfer in [(1, 0.001), (2, 0.004), (3, 0.002), (1, 0.01)] * 5]
+    fit = fit_samples(big + host, channels=(0,))
+    line = fit.channels[0]
+    assert fit.host.motif_seconds == pytest.approx(0.003, rel=1e-3)
+    assert line.shared and line.motif_seconds == fit.host.motif_seconds and "rate" in line.fitted
+    # the rate is measured with that fixed cost in place, not on top of a cost it had absorbed
+    assert line.scale < alone.scale - 0.01
