@@ -36,7 +36,7 @@ channel), so the pieces of a segmented op cost one simulation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +52,14 @@ from optimizer_service.plan.motif import Motif
 DEFAULT_DISPATCH_SECONDS = 20e-6
 
 
+def crosses_nodes(topology: Topology, ranks: Sequence[int]) -> bool:
+    """Whether ``ranks`` span more than one node (an instance of the topology's
+    outermost level): such a motif pays its channel's fixed cost, one inside a
+    node the host's, and the telemetry fit sorts its samples by the same rule."""
+    node = topology.devices_per_instance(0)
+    return len({rank // node for rank in ranks}) > 1
+
+
 @dataclass
 class MotifCostModel:
     topology: Topology
@@ -64,8 +72,7 @@ class MotifCostModel:
 
     def fixed_seconds(self, motif: Motif) -> float:
         """What ``motif`` pays besides its bytes (module docstring)."""
-        node = self.topology.devices_per_instance(0)
-        if len({rank // node for rank in motif.ranks}) > 1:
+        if crosses_nodes(self.topology, motif.ranks):
             return self.channel_dispatch.get(motif.channel, self.dispatch_seconds)
         return self.dispatch_seconds if self.host_dispatch is None else self.host_dispatch
 

@@ -103,7 +103,7 @@ from optimizer_service.plan.dtypes import DTYPE_BYTES, element_bytes
 from optimizer_service.plan.motif import Motif, comm_op
 from optimizer_service.plan.plan import Plan
 from optimizer_service.plan.trace import COMM_KINDS
-from optimizer_service.syndicate.motif_cost import DEFAULT_DISPATCH_SECONDS, MotifCostModel
+from optimizer_service.syndicate.motif_cost import DEFAULT_DISPATCH_SECONDS, MotifCostModel, crosses_nodes
 from optimizer_service.syndicate.options import options_for
 from optimizer_service.syndicate.problem import template_of
 
@@ -405,8 +405,6 @@ class _Terms:
         instant = tuple(replace(link, latency=0.0) for link in topology.links)
         self.latency = MotifCostModel(replace(topology, links=unbounded), dispatch_seconds=0.0)
         self.transfer = MotifCostModel(replace(topology, links=instant), dispatch_seconds=0.0)
-        node = topology.devices_per_instance(0)
-        self.node = lambda rank: rank // node
 
     def of(self, motifs: tuple[Motif, ...]) -> tuple[float, float]:
         if len({m.kind for m in motifs}) > 1:
@@ -415,7 +413,7 @@ class _Terms:
         return self.latency.step_seconds(motifs), self.transfer.step_seconds(motifs)
 
     def crosses(self, ranks: Sequence[int]) -> bool:
-        return len({self.node(r) for r in ranks}) > 1
+        return crosses_nodes(self.topology, ranks)
 
 
 def _span(ends: Sequence[tuple[float, float]]) -> tuple[float, float]:
