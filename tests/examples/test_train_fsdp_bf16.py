@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from tests.enforcer.impls import IMPLS, impl_env
-from tests.examples.test_training_examples import EXAMPLES, REL_TOLERANCE, ROOT, run_job, unavailable
+from tests.examples.test_training_examples import EXAMPLES, REL_TOLERANCE, ROOT, JobRuns, run_job
 
 SCRIPT = "train_fsdp.py"
 WORLD = 4
@@ -57,17 +57,10 @@ def jobs(tmp_path_factory):
 
     ``impl`` is ``""`` for gloo. p2enforcer runs write their traces next to their logs.
     """
-    done: dict[tuple, tuple[dict, Path]] = {}
-    failed: dict[tuple, str] = {}
+    runs = JobRuns()
 
     def get(backend: str, impl: str, reduce_dtype: str, plan: Path | None = None) -> tuple[dict, Path]:
-        key = (backend, impl, reduce_dtype, plan)
-        reason = unavailable(backend)
-        if reason:
-            pytest.skip(reason)
-        if key in failed:
-            pytest.fail(failed[key])
-        if key not in done:
+        def run() -> tuple[dict, Path]:
             folder = tmp_path_factory.mktemp(f"fsdp-{backend}-{impl or 'plain'}-{reduce_dtype}"
                                              f"-{'planned' if plan else 'passthrough'}")
             env = {}
@@ -75,13 +68,10 @@ def jobs(tmp_path_factory):
                 env = {**impl_env(impl), "P2_TRACE_FILE": str(folder / "trace.json")}
                 if plan is not None:
                     env["P2_PLAN_FILE"] = str(plan)
-            try:
-                result, _ = run_job(SCRIPT, backend, WORLD, STEPS, folder, env, flags(reduce_dtype))
-            except pytest.fail.Exception as failure:
-                failed[key] = str(failure)
-                raise
-            done[key] = result, folder
-        return done[key]
+            result, _ = run_job(SCRIPT, backend, WORLD, STEPS, folder, env, flags(reduce_dtype))
+            return result, folder
+
+        return runs.get((backend, impl, reduce_dtype, plan), backend, run)
 
     return get
 

@@ -20,7 +20,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -126,30 +126,40 @@ def launch_ranks(command: Sequence[str], world_size: int, folder: Path, extra_en
     return [log.read_text() for log in logs]
 
 
-@pytest.fixture(scope="module")
-def jobs(tmp_path_factory):
-    """Runs each (script, backend, world size, repeat) once per module; repeat > 0 is a fresh second run.
+class JobRuns:
+    """Each job once per module, by key: a backend this machine lacks skips the test, and a failed
+    job is remembered too: the next test that needs it fails with the same message at once."""
 
-    A failed job is remembered too: the next test that needs it fails with the same message at once.
-    """
-    done: dict[tuple, tuple[dict, list[str]]] = {}
-    failed: dict[tuple, str] = {}
+    def __init__(self) -> None:
+        self.done: dict[tuple, object] = {}
+        self.failed: dict[tuple, str] = {}
 
-    def get(script: str, backend: str, world_size: int, repeat: int = 0) -> tuple[dict, list[str]]:
-        key = (script, backend, world_size, repeat)
+    def get(self, key: tuple, backend: str, run: Callable[[], object]):
         reason = unavailable(backend)
         if reason:
             pytest.skip(reason)
-        if key in failed:
-            pytest.fail(failed[key])
-        if key not in done:
-            folder = tmp_path_factory.mktemp(f"{Path(script).stem}-{backend}-{world_size}-{repeat}")
+        if key in self.failed:
+            pytest.fail(self.failed[key])
+        if key not in self.done:
             try:
-                done[key] = run_job(script, backend, world_size, STEPS, folder)
+                self.done[key] = run()
             except pytest.fail.Exception as failure:
-                failed[key] = str(failure)
+                self.failed[key] = str(failure)
                 raise
-        return done[key]
+        return self.done[key]
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """Runs each (script, backend, world size, repeat) once per module; repeat > 0 is a fresh second run."""
+    runs = JobRuns()
+
+    def get(script: str, backend: str, world_size: int, repeat: int = 0) -> tuple[dict, list[str]]:
+        def run() -> tuple[dict, list[str]]:
+            folder = tmp_path_factory.mktemp(f"{Path(script).stem}-{backend}-{world_size}-{repeat}")
+            return run_job(script, backend, world_size, STEPS, folder)
+
+        return runs.get((script, backend, world_size, repeat), backend, run)
 
     return get
 
