@@ -115,6 +115,26 @@ def search(traces: list[dict], topology_yaml: str, seed: int, running_plan_json:
                          stopped.evaluations if stopped else 0)
 
 
+def fit_tried(traces: list[dict], topology_yaml: str, plan_json: str, prior_fit: dict | None = None) -> dict | None:
+    """The telemetry fit of the tried plan ``plan_json`` from the traces of its run
+    (runs in the worker process): what the replanner keeps for its cluster state
+    when the policy rolls that plan back, so the next search there prices
+    channels and the host with the motif times the plan measured, not with what
+    passthrough alone could say (it runs channel 0 only). ``prior_fit``: the
+    state's fit so far, for what these traces cannot fit. None when the traces
+    hold none of the plan's motifs."""
+    from optimizer_service.hardware.topology import Topology
+    from optimizer_service.plan import Plan
+    from optimizer_service.syndicate.telemetry_fit import TelemetryFit, fit_telemetry, motif_samples
+
+    topology = Topology.from_yaml(topology_yaml, source="the job's topology")
+    plan = Plan.parse(plan_json)
+    if not plan.ops or plan.world_size != topology.device_count or not motif_samples(topology, plan, traces):
+        return None
+    prior = TelemetryFit.from_dict(prior_fit) if prior_fit else None
+    return fit_telemetry(topology, traces, plan, prior).to_dict(topology)
+
+
 def predicted_timeline(problem, evaluation) -> tuple[dict, ...]:
     """The first unrolled iteration of ``evaluation``'s schedule as Gantt rows
     (Syndicate §4.3's critical-path schedule: compute stream and one lane per channel)."""
@@ -204,18 +224,27 @@ class Planner:
                    running_plan_json: str | None = None, evaluations: int | None = None,
                    prior_fit: dict | None = None) -> SearchOutcome:
         """:func:`search` in the worker; ``budget`` seconds (+ :data:`GRACE_SECONDS`) before it is stopped."""
+        return await self._run("the search", budget, search, traces, topology_yaml, seed, running_plan_json,
+                               evaluations, prior_fit)
+
+    async def fit(self, traces: list[dict], topology_yaml: str, plan_json: str, prior_fit: dict | None,
+                  budget: float) -> dict | None:
+        """:func:`fit_tried` in the worker, stopped like a search after ``budget`` seconds."""
+        return await self._run("fitting the tried plan", budget, fit_tried, traces, topology_yaml, plan_json,
+                               prior_fit)
+
+    async def _run(self, what: str, budget: float, function, *args):
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor(), search, traces, topology_yaml, seed, running_plan_json,
-                                      evaluations, prior_fit)
+        future = loop.run_in_executor(self._executor(), function, *args)
         try:
             return await asyncio.wait_for(future, budget + GRACE_SECONDS)
         except TimeoutError:
             self._kill()
-            raise PlanningError(f"the search did not finish within its budget of {budget:g} s "
+            raise PlanningError(f"{what} did not finish within its budget of {budget:g} s "
                                 f"+ {GRACE_SECONDS:g} s; its worker was stopped") from None
         except BrokenProcessPool:
             self._kill()
-            raise PlanningError("the search's worker process died; the next search starts a new one") from None
+            raise PlanningError(f"{what}'s worker process died; the next search starts a new one") from None
         except InvalidInputError as error:
             raise PlanningError(f"cannot plan this job: {error}") from None
 

@@ -20,8 +20,9 @@ the servicers call. It sees the core only as a
   :class:`SearchDone`. :class:`Commit` submits that stored plan to the job's
   coordinator; :class:`RollBack` re-submits an earlier plan under a new
   version (version 0, passthrough, as a plan with no ops) — the coordinator's
-  versions only grow. The coordinator's decisions come back as
-  :class:`Committed` / :class:`CommitFailed` (:meth:`Replanner.decided`).
+  versions only grow; the plan rolled back leaves its motif times, fitted (a
+  ``fitted`` event), for the next search in its cluster state. The
+  coordinator's decisions come back as :class:`Committed` / :class:`CommitFailed` (:meth:`Replanner.decided`).
 * **Record.** Every action and note is published as a job event and stored
   with its kind and reason (``ReplanHost.record``). A plan the policy commits
   carries the iteration time the policy expects of it
@@ -238,6 +239,9 @@ class JobLoop:
                     state.predicted_seconds, state.dirty = action.predicted_seconds, True
                 self._start(self._commit(action.version))
             elif isinstance(action, RollBack):
+                tried = self.job.coordinator.committed_plan
+                if tried is not None and tried.ops:     # before the rollback's switch: the traces still hold it
+                    self._start(self._fit_tried(tried, self.policy.cluster))
                 self._start(self._roll_back(action.to_version))
 
     def _record(self, action) -> None:
@@ -307,6 +311,29 @@ class JobLoop:
             await self.host.submit_stored(self.job.job_id, version)
         except Exception as error:
             self._feed(CommitFailed(version, str(error)))
+
+    async def _fit_tried(self, tried: Plan, cluster: str) -> None:
+        """Keep what the plan being rolled back measured as its cluster state's fit
+        (:func:`~optimizer_service.service.planning.fit_tried`): the next search
+        there (the bound trigger's, from passthrough, which runs channel 0 alone)
+        prices the other channels and the host with the tried plan's motif times.
+        A failure costs only that knowledge: it is logged."""
+        if not self.topology_yaml:
+            return
+        prior = self._fit[1] if self._fit is not None and self._fit[0] == cluster else None
+        try:
+            traces = await self.host.collect_traces(self.job.job_id, self.config.trace_iterations)
+            fit = await self.planner.fit(traces, self.topology_yaml, tried.to_json(), prior, self.config.budget)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            log.warning("job %s: the motif times of v%d were not fitted: %s", self.job.job_id, tried.version, error)
+            return
+        if fit and self.policy.cluster == cluster:
+            self._fit = (cluster, fit)
+            self.host.record(self.job.job_id, "fitted", tried.version,
+                             f"kept for the next search in cluster state {cluster}: what v{tried.version} measured, "
+                             f"{fit_summary(fit)}", {"iteration": self.policy.last_index, "phase": self.policy.phase})
 
     async def _roll_back(self, to_version: int) -> None:
         """Re-install ``to_version`` (0: no plan) under a new version; a refusal is a failed commit."""

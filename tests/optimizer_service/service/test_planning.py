@@ -86,3 +86,30 @@ def test_a_jobs_topology_is_a_preset_or_a_yaml_document_never_a_path(tmp_path):
                        ("name: x\nlevels: [\n", "not valid")]:
         with pytest.raises(PlanningError, match=words):
             resolve_topology(bad)
+
+
+def test_a_tried_plan_is_fitted_in_the_worker_from_its_motif_times_and_the_next_search_keeps_them():
+    """What a rolled-back plan measured is kept for its cluster state: passthrough's next window runs
+    channel 0 alone, and without the tried plan's fit channel 1 and the host would be priced as calibrated."""
+    from optimizer_service.syndicate.telemetry_fit import TelemetryFit, fit_samples, passthrough_samples
+    from tests.optimizer_service.syndicate.test_telemetry_fit import TOPOLOGY, TRUE, job_plan, recorded
+
+    plan, topology_yaml = job_plan(), TOPOLOGY.to_yaml()
+    planner = Planner()
+    try:
+        fitted = asyncio.run(planner.fit(recorded(plan), topology_yaml, plan.to_json(), None, 30.0))
+        # traces of another version hold none of its motifs: nothing to keep
+        other = [dict(t, switches=[{"iteration": 0, "version": 7, "at": 0.0}]) for t in recorded(plan)]
+        assert asyncio.run(planner.fit(other, topology_yaml, plan.to_json(), None, 30.0)) is None
+    finally:
+        planner.close()
+    fit = TelemetryFit.from_dict(fitted)
+    assert (fit.channels[1].motif_seconds, fit.channels[1].scale) == pytest.approx(
+        (TRUE[1][0], TRUE[1][2]), rel=0.02)
+    # the next window: passthrough on channel 0 only; channel 1 comes from the tried plan's fit
+    group = [0, 1, 2, 3]
+    window = [trace(*[[op("all_reduce", 4_000 * (1 + i % 4), 1.0 * i, 1.0 * i + 0.01 * (1 + i % 4), group)]
+                      for i in range(12)], rank=rank, world_size=4) for rank in group]
+    assert passthrough_samples(TOPOLOGY, window)
+    after = fit_samples(passthrough_samples(TOPOLOGY, window), TOPOLOGY.channels, prior=fit)
+    assert after.channels[1].earlier and after.channels[1].scale == pytest.approx(TRUE[1][2], rel=0.02)
