@@ -196,8 +196,6 @@ def _drift(state: Policy) -> tuple[Policy, list[Action]]:
     the search that follows re-fits the channels to what the traces now measure."""
     median, baseline, cfg = state.median_seconds(), state.measurement.baseline, state.config
     assert median is not None and baseline is not None
-    drifts = state.drifts + 1
-    cluster = f"{state.cluster.split('~')[0]}~d{drifts}"
     shift = state.channel_shift()
     channel, drift = state.watches.channel, state.watches.drift
     if channel.fired(cfg.consecutive) and shift is not None:
@@ -210,6 +208,13 @@ def _drift(state: Policy) -> tuple[Policy, list[Action]]:
         what = (f"{_name(state.running)} measures {median:.3f} s, {_pct(abs(median / baseline - 1))} "
                 f"{'over' if median > baseline else 'under'} its {baseline:.3f} s baseline for {drift.streak} "
                 f"iterations (more than {_pct(cfg.drift_trigger)})")
+    return _drifted(state, what)
+
+
+def _drifted(state: Policy, what: str) -> tuple[Policy, list[Action]]:
+    """Enter the next drift state ``KEY~dN`` because of ``what`` (a ``drift`` note)."""
+    cfg, drifts = state.config, state.drifts + 1
+    cluster = f"{state.cluster.split('~')[0]}~d{drifts}"
     # The iterations that showed the drift ran the same plan on the changed cluster: they are the new
     # state's first measurements (a reported change, by contrast, comes before any).
     shown, measurement = min(cfg.consecutive, cfg.window), state.measurement
@@ -223,7 +228,18 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
     """A trial's verdict once ``evaluate`` iterations of the new plan are measured.
     It compares medians measured in the same cluster state: if the state changed
     during the trial there is nothing to compare with and the plan is kept. A
-    rollback is not itself evaluated (the plan is known)."""
+    rollback after a failed trial is not itself evaluated (the plan is known).
+
+    A restored plan (``restore``) is, and it is also compared with its own
+    median when it last ran in this cluster state: more than ``drift_trigger``
+    over it, and the cluster changed under the known medians — a change the
+    drift watch could not see because it came before the running plan had its
+    baseline. (In an FSDP loop run the second NIC slowed 16 iterations after
+    a plan switched, before its baseline was taken; a plan measured before the change
+    was restored as 35 % faster, measured 81 % over its own old median, and was
+    rolled back, and the replan came 97 iterations after the change.) The
+    policy then enters a drift state (:func:`_drifted`), whose search is due
+    at once."""
     trial, cfg = state.trial, state.config
     assert trial is not None
     if state.running != trial.version:
@@ -237,6 +253,11 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
     median = state.median_seconds()
     assert median is not None
     state, new, old = replace(state, trial=None), _name(trial.version), _name(trial.previous)
+    known = trial.known_seconds
+    if known is not None and median > known * (1 + cfg.drift_trigger):
+        return _drifted(state, f"{new}, restored, measured {median:.3f} s over {len(window)} iterations, "
+                               f"{_pct(median / known - 1)} over the {known:.3f} s it measured before in cluster state "
+                               f"{state.cluster} (more than {_pct(cfg.drift_trigger)})")
     if trial.previous_seconds is None:
         return state, [Note("kept", f"{new} measured {median:.3f} s; no measurement of {old} in cluster state "
                             f"{state.cluster} to compare with; kept")]
@@ -423,7 +444,7 @@ def _on_committed(state: Policy, event: Committed, now: float) -> tuple[Policy, 
     if seconds is not None and math.isfinite(seconds) and seconds > 0:
         state = replace(state, predicted={**state.predicted, event.version: seconds})
     pending, cfg = state.pending, state.config
-    state = replace(_cool(state), first_done=True)
+    state = replace(_cool(state), first_done=True, committed_at=state.count)
     if pending is None or pending.what != COMMITTING or pending.version not in (event.version, event.same_as):
         return state, [Note("committed", f"v{event.version} was committed without this policy asking; not evaluated")]
     state = replace(state, pending=None)
@@ -433,7 +454,8 @@ def _on_committed(state: Policy, event: Committed, now: float) -> tuple[Policy, 
         return state, [Note("committed", f"rolled back to {_name(pending.version)}{alias}; cooldown {wait} iterations")]
     state = replace(state, fruitless=0)
     before = state.measured.get(state.cluster, {}).get(state.running)
-    state = replace(state, trial=Trial(event.version, state.running, before, state.count))
+    known = state.measured.get(state.cluster, {}).get(event.version) if pending.trigger is Trigger.RESTORE else None
+    state = replace(state, trial=Trial(event.version, state.running, before, state.count, known))
     versus = f"{_name(state.running)}'s {before:.3f} s" if before is not None else f"{_name(state.running)}"
     return state, [Note("committed", f"v{event.version} committed; measuring {cfg.evaluate} iterations after "
                         f"{cfg.warmup} warm-up iterations against {versus}")]
@@ -460,10 +482,18 @@ def _cancel(state: Policy, why: str) -> tuple[Policy, list[Action]]:
 def _changed(state: Policy, cluster: str, due: str, keep: tuple[tuple, tuple] = ((), ())) -> tuple[Policy, list[Action]]:
     """Enter cluster state ``cluster`` (``due``: why); the last action is the ``cluster`` note.
     ``keep``: iterations (and their channel seconds) of the running plan already measured in the
-    new state; they count in it, past warm-up."""
+    new state; they count in it, past warm-up.
+
+    A cooldown running from the old state ends, except what the last commit needs
+    (no two switches within one cooldown): it waited out a search that found
+    nothing worth committing there, or a failure there, and neither says anything
+    about the new state. (The DLRM loop's drift was seen 18 iterations after the
+    NIC slowed, and the cooldown of a search in the old state that committed
+    nothing held the new state's search back 14 more iterations.)"""
     old, (window, channels) = state.cluster, keep
     trial = None if state.trial is None else replace(state.trial, previous_seconds=None)
-    state = replace(_fresh(state), cluster=cluster, due=due, trial=trial, watches=Watches())   # every trigger armed
+    state = replace(_fresh(state), cluster=cluster, due=due, trial=trial, watches=Watches(),   # every trigger armed
+                    cooldown_until=min(state.cooldown_until, _switch_cooldown(state)))
     if window:
         state = replace(state, measurement=Measurement(since_switch=state.config.warmup + len(window), window=window,
                                                        channel_window=channels))
@@ -474,6 +504,13 @@ def _changed(state: Policy, cluster: str, due: str, keep: tuple[tuple, tuple] = 
     when = (f"deciding once {left} more iteration(s) are measured" if left else "deciding now") + (
         f" (the last {len(window)} count in it)" if window else "")
     return state, actions + [Note("cluster", f"{due}; measurements of {old} no longer count; {known}; {when}")]
+
+
+def _switch_cooldown(state: Policy) -> int:
+    """The count before which the last commit forbids another switch (now if none does)."""
+    if state.committed_at is None:
+        return state.count
+    return max(state.count, state.committed_at + state.config.cooldown)
 
 
 def _on_cluster(state: Policy, event: ClusterChanged, now: float) -> tuple[Policy, list[Action]]:

@@ -39,12 +39,15 @@ class Pending:
 @dataclass(frozen=True)
 class Trial:
     """A committed plan under evaluation against the one that ran before it
-    (its median then, in this cluster state; None: nothing to compare with)."""
+    (its median then, in this cluster state; None: nothing to compare with);
+    ``known_seconds``: a restored plan's own median when it last ran in this
+    cluster state (None for a new plan)."""
 
     version: int
     previous: int
     previous_seconds: float | None
     started: int
+    known_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -136,7 +139,7 @@ class Policy:
     ``first_done``: the first search (or any commit) happened; ``due``: a
     cluster change that makes a search due, and why; ``drifts``: cluster
     changes measured so far; ``cooldown_until``: nothing is decided before that
-    count; ``fruitless``: searches and commits in a row that changed nothing
+    count; ``committed_at``: the count at the last commit (None before one); ``fruitless``: searches and commits in a row that changed nothing
     (the backoff); ``predicted``: each plan's expected iteration time;
     ``measured``: per cluster state, the latest median of each plan (version 0:
     passthrough) that ran in it; ``bounds``: per cluster state, the lower bound
@@ -157,6 +160,7 @@ class Policy:
     due: str = ""
     drifts: int = 0
     cooldown_until: int = 0
+    committed_at: int | None = None
     fruitless: int = 0
     next_request: int = 1
     pending: Pending | None = None
