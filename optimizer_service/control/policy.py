@@ -339,6 +339,9 @@ def _on_iteration(state: Policy, event: Iteration, now: float) -> tuple[Policy, 
     cfg = state.config
     if event.running_version != state.running:
         state = replace(_fresh(state), running=event.running_version)
+        known = state.measured.get(state.cluster, {}).get(state.running)
+        if known is not None:       # re-installed where it ran: drift is measured against its median there
+            state = replace(state, measurement=replace(state.measurement, baseline=known))
     measurement = state.measurement.add(seconds, event.wait_seconds, event.channel_seconds, cfg)
     state = replace(state, count=state.count + 1, last_index=event.index, measurement=measurement,
                     passthrough=state.passthrough + (event.running_version == 0))

@@ -58,7 +58,10 @@ class Measurement:
     ``(seconds, wait fraction)`` of the last ``window`` measured ones and
     ``channel_window`` their ``(channel, motif seconds)``; ``baseline`` and
     ``channel_baseline``: the medians over the second full window after the
-    warm-up, which drift is measured against."""
+    warm-up, which drift is measured against — a plan re-installed (rolled back
+    to, restored) in a cluster state where it ran starts with its median there as
+    its baseline: a change that came while another plan had no baseline yet (a
+    trial's) shows as that plan measuring far over its own median."""
 
     since_switch: int = 0
     window: tuple[tuple[float, float], ...] = ()
