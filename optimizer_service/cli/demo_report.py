@@ -8,8 +8,9 @@ Phases (steps, 1-based; ``v(s)`` the plan version step ``s`` ran, 0 passthrough)
   the cluster changed, after :data:`SETTLE` steps on it;
 * ``changed`` — steps after the change still running the plan that ran when
   it came (after :data:`SETTLE`): what the job would do without replanning;
-* ``replanned`` — steps running the first plan switched to after the change
-  (after :data:`SETTLE`).
+* ``replanned`` — steps running the plan of the service's first commit after
+  the change (after :data:`SETTLE`): a search's plan; a plan re-installed by a
+  rollback or a restore, measured before the change, is no replan.
 
 Each phase's ``nic_drops_per_iteration`` is, per channel, the packets the
 NICs' ``tbf`` queues dropped per iteration over its steps (each drop costs a
@@ -133,7 +134,8 @@ def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]
     first = v(first_switch) if first_switch else None
     change = change_step if change_step is not None else len(seconds) + 1
     at_change = v(change) if change <= len(seconds) else None
-    after = next((s for s in steps if s > change and v(s) != at_change), None)
+    committed = replan_version(events, change_step)
+    after = next((s for s in steps if s > change and v(s) == committed), None) if committed else None
     replanned = v(after) if after else None
     chosen = {
         "passthrough": [s for s in steps if (first_switch is None or s < first_switch) and s > WARMUP],
@@ -213,13 +215,23 @@ def speedup(slower: dict | None, faster: dict | None) -> float | None:
     return ratio(slower["measured_iteration_seconds"], faster["measured_iteration_seconds"])
 
 
-def iterations_to_commit(events: list[dict], change_step: int | None) -> int | None:
+def _first_commit_after(events: list[dict], change_step: int | None) -> dict | None:
+    """The service's first ``commit`` event (a search's plan) after step ``change_step``."""
     if change_step is None:
         return None
-    for event in events:
-        if event["kind"] == "commit" and event.get("iteration") is not None and event["iteration"] + 1 > change_step:
-            return event["iteration"] + 1 - change_step
-    return None
+    return next((event for event in events if event["kind"] == "commit" and event.get("iteration") is not None
+                 and event["iteration"] + 1 > change_step), None)
+
+
+def iterations_to_commit(events: list[dict], change_step: int | None) -> int | None:
+    commit = _first_commit_after(events, change_step)
+    return None if commit is None else commit["iteration"] + 1 - change_step
+
+
+def replan_version(events: list[dict], change_step: int | None) -> int | None:
+    """The plan version of the first commit after the change (None without one)."""
+    commit = _first_commit_after(events, change_step)
+    return None if commit is None else commit.get("version")
 
 
 def first_plan(events: list[dict]) -> dict:

@@ -59,12 +59,28 @@ def test_phases_carry_the_first_plans_bound_before_the_change_and_the_replanned_
     seconds = [1.0] * 10 + [0.5] * 15 + [0.8] * 10 + [0.6] * 15
     plans = {1: {"predicted_seconds": 0.55, "bound_iteration_seconds": 0.4},
              2: {"predicted_seconds": 0.5, "bound_iteration_seconds": 0.5}}
-    rows = {row["name"]: row for row in phases(_run(versions, seconds), 25, plans, [])}
+    commit = {"kind": "commit", "version": 2, "iteration": 34}
+    rows = {row["name"]: row for row in phases(_run(versions, seconds), 25, plans, [commit])}
     assert [rows[name]["bound_iteration_seconds"] for name in PHASES] == [0.4, 0.4, 0.5, 0.5]
     assert rows["passthrough"]["ratio_to_bound"] == pytest.approx(2.5)
     assert rows["first-plan"]["ratio_to_bound"] == pytest.approx(1.25)
     assert rows["changed"]["ratio_to_bound"] == pytest.approx(1.6)
     assert rows["replanned"]["ratio_to_bound"] == pytest.approx(1.2)
+
+
+def test_the_replanned_phase_is_the_first_commit_after_the_change_not_a_restore():
+    # v1 until the change at step 25; v1 restored as v3 at step 31 (measured before the change: no
+    # replan); the service's search commits v4 at step 41
+    versions = [0] * 10 + [1] * 20 + [3] * 10 + [4] * 20
+    seconds = [1.0] * 10 + [0.5] * 15 + [0.9] * 15 + [0.6] * 20
+    events = [{"kind": "commit", "version": 1, "iteration": 9}, {"kind": "rollback", "version": 1, "iteration": 29},
+              {"kind": "commit", "version": 4, "iteration": 39}]
+    rows = {row["name"]: row for row in phases(_run(versions, seconds), 25, {}, events)}
+    assert rows["replanned"]["plan_version"] == 4 and rows["replanned"]["measured_iteration_seconds"] == 0.6
+    assert rows["changed"]["plan_version"] == 1 and rows["changed"]["last_step"] == 30
+    # no commit after the change: nothing was replanned, whatever ran
+    rows = {row["name"]: row for row in phases(_run(versions, seconds), 25, {}, events[:2])}
+    assert rows["replanned"]["plan_version"] is None and rows["replanned"]["steps"] == 0
 
 
 def test_phases_without_a_bound_say_none():
@@ -117,7 +133,7 @@ def test_the_table_shows_the_peer_beside_its_cluster_state_and_the_bound():
     seconds = [1.0] * 10 + [0.5] * 15 + [0.8] * 10 + [0.6] * 15
     plans = {1: {"predicted_seconds": 0.55, "bound_iteration_seconds": 0.4},
              2: {"predicted_seconds": 0.5, "bound_iteration_seconds": 0.5}}
-    rows = phases(_run(versions, seconds), 25, plans, [])
+    rows = phases(_run(versions, seconds), 25, plans, [{"kind": "commit", "version": 2, "iteration": 34}])
     segment = {"rank0": {"step_seconds": [0.7] * 20}, "drops": [], "ifnames": "nic0,nic1"}
     lines = table(rows, peer({"before": segment, "after": segment}, rows)).splitlines()
     assert [line.split()[0] for line in lines] == ["phase", "passthrough", "peer-before", "first-plan", "changed",
