@@ -490,7 +490,7 @@ def _changed(state: Policy, cluster: str, due: str, keep: tuple[tuple, tuple] = 
     A cooldown running from the old state ends, except what the last commit needs
     (no two switches within one cooldown): it waited out a search that found
     nothing worth committing there, or a failure there, and neither says anything
-    about the new state. (The DLRM loop's drift was seen 18 iterations after the
+    about the new state. (The DLRM loop's drift was seen 14 iterations after the
     NIC slowed, and the cooldown of a search in the old state that committed
     nothing held the new state's search back 14 more iterations.)"""
     old, (window, channels) = state.cluster, keep
