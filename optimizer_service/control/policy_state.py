@@ -142,8 +142,9 @@ class Policy:
     ``first_done``: the first search (or any commit) happened; ``due``: a
     cluster change that makes a search due, and why; ``drifts``: cluster
     changes measured so far; ``cooldown_until``: nothing is decided before that
-    count; ``committed_at``: the count at the last commit (None before one); ``fruitless``: searches and commits in a row that changed nothing
-    (the backoff); ``predicted``: each plan's expected iteration time;
+    count; ``committed_at``: the count at the last commit (None before one);
+    ``fruitless``: searches and commits in a row that changed nothing (the
+    backoff); ``predicted``: each plan's expected iteration time;
     ``measured``: per cluster state, the latest median of each plan (version 0:
     passthrough) that ran in it; ``bounds``: per cluster state, the lower bound
     on the iteration time its last search reported; ``bound_done``: the cluster

@@ -125,14 +125,21 @@ def fit_tried(traces: list[dict], topology_yaml: str, plan_json: str, prior_fit:
     hold none of the plan's motifs."""
     from optimizer_service.hardware.topology import Topology
     from optimizer_service.plan import Plan
-    from optimizer_service.syndicate.telemetry_fit import TelemetryFit, fit_telemetry, motif_samples
+    from optimizer_service.syndicate.telemetry_fit import (
+        TelemetryFit,
+        fit_samples,
+        motif_samples,
+        passthrough_samples,
+    )
 
     topology = Topology.from_yaml(topology_yaml, source="the job's topology")
     plan = Plan.parse(plan_json)
-    if not plan.ops or plan.world_size != topology.device_count or not motif_samples(topology, plan, traces):
+    motifs = motif_samples(topology, plan, traces) if plan.ops and plan.world_size == topology.device_count else []
+    if not motifs:
         return None
     prior = TelemetryFit.from_dict(prior_fit) if prior_fit else None
-    return fit_telemetry(topology, traces, plan, prior).to_dict(topology)
+    # fit_telemetry's samples, with the motifs' read once (they were needed to know there are any)
+    return fit_samples(passthrough_samples(topology, traces) + motifs, topology.channels, prior=prior).to_dict(topology)
 
 
 def predicted_timeline(problem, evaluation) -> tuple[dict, ...]:

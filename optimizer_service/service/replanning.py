@@ -22,7 +22,8 @@ the servicers call. It sees the core only as a
   version (version 0, passthrough, as a plan with no ops) — the coordinator's
   versions only grow; the plan rolled back leaves its motif times, fitted (a
   ``fitted`` event), for the next search in its cluster state. The
-  coordinator's decisions come back as :class:`Committed` / :class:`CommitFailed` (:meth:`Replanner.decided`).
+  coordinator's decisions come back as :class:`Committed` /
+  :class:`CommitFailed` (:meth:`Replanner.decided`).
 * **Record.** Every action and note is published as a job event and stored
   with its kind and reason (``ReplanHost.record``). A plan the policy commits
   carries the iteration time the policy expects of it
@@ -268,7 +269,7 @@ class JobLoop:
                 raise InvalidInputError(self.topology_error or "the job's topology is not known yet")
             running = self.job.coordinator.committed_plan
             cluster = self.policy.cluster
-            prior = self._fit[1] if self._fit is not None and self._fit[0] == cluster else None
+            prior = self._prior_fit(cluster)
             traces = await self.host.collect_traces(self.job.job_id, self.config.trace_iterations)
             outcome = await self.planner.plan(traces, self.topology_yaml, self.config.budget, self.config.seed,
                                               running.to_json() if running is not None and running.ops else None,
@@ -312,6 +313,10 @@ class JobLoop:
         except Exception as error:
             self._feed(CommitFailed(version, str(error)))
 
+    def _prior_fit(self, cluster: str) -> dict | None:
+        """The fit kept for cluster state ``cluster`` (None when the last one kept is another state's)."""
+        return self._fit[1] if self._fit is not None and self._fit[0] == cluster else None
+
     async def _fit_tried(self, tried: Plan, cluster: str) -> None:
         """Keep what the plan being rolled back measured as its cluster state's fit
         (:func:`~optimizer_service.service.planning.fit_tried`): the next search
@@ -320,7 +325,7 @@ class JobLoop:
         A failure costs only that knowledge: it is logged."""
         if not self.topology_yaml:
             return
-        prior = self._fit[1] if self._fit is not None and self._fit[0] == cluster else None
+        prior = self._prior_fit(cluster)
         try:
             traces = await self.host.collect_traces(self.job.job_id, self.config.trace_iterations)
             fit = await self.planner.fit(traces, self.topology_yaml, tried.to_json(), prior, self.config.budget)
