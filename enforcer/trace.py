@@ -28,7 +28,10 @@ channel: what replanning and cost re-fitting read), ``bypassed`` counts ops that
 backend without passing through the enforcer, and ``switches`` lists the plans
 the optimizer service switched this rank to (``iteration``, ``version``, and
 ``at``, seconds since the trace started; :mod:`enforcer.link.switching`): ops are
-``enforced`` from that iteration on.
+``enforced`` from that iteration on. ``host`` (``id``, ``cores``) says which
+cores the rank shares with which others, and ``cpu`` what each iteration took
+of them (``iteration``, ``wall``, ``process_cpu``, ``step_thread_cpu``;
+:mod:`enforcer.host_cpu`), one record per iteration that ended with ``step``.
 
 Who reads a trace (the link's telemetry and trace windows, ``enforcer.trace()``,
 the metrics, the export at exit) sees a :class:`TraceReader`. Its Python
@@ -51,8 +54,12 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from enforcer.host_cpu import CpuClock, host
 from enforcer.settings import DEFAULT_TRACE_LIMIT
 from optimizer_service.plan.trace import TRACE_FORMAT, TRACE_VERSION, MotifRecord, OpRecord, Wait
+
+
+CPU_RECORDS = 512       # iterations whose CPU the trace keeps (a window asks for tens)
 
 
 def detect_period(signatures: Sequence[tuple]) -> tuple[int, int] | None:
@@ -91,6 +98,9 @@ class TraceReader(ABC):
         self.steps = 0
         self.bypassed: Counter[str] = Counter()
         self.switches: list[dict] = []     # plans the optimizer service switched to, at which iteration
+        self.host = host()
+        self._clock = CpuClock()
+        self._cpu: deque[dict] = deque(maxlen=CPU_RECORDS)
 
     @abstractmethod
     def now(self) -> float:
@@ -106,9 +116,21 @@ class TraceReader(ABC):
     def waited(self) -> float:
         """All dispatcher waits so far, seconds (telemetry takes differences)."""
 
-    @abstractmethod
     def step(self) -> int:
-        """Close the current iteration; returns the new iteration index."""
+        """Close the current iteration (and record its CPU, :mod:`enforcer.host_cpu`);
+        returns the new iteration index."""
+        with self._lock:
+            closed = self.iteration
+            self.iteration = self._advance()
+            self.steps += 1
+            record = self._clock.lap(closed, self.now())
+            if record is not None:
+                self._cpu.append(record)
+            return self.iteration
+
+    @abstractmethod
+    def _advance(self) -> int:
+        """Start the next iteration in the record (under the lock); returns its index."""
 
     @abstractmethod
     def iteration_ops(self, iteration: int, limit: int) -> list[OpRecord]:
@@ -159,7 +181,8 @@ class TraceReader(ABC):
                                "ops": [op for op in document["ops"] if op["iteration"] in keep],
                                "iterations": [span for span in document["iterations"] if span["index"] in keep],
                                "waits": [w for w in document["waits"] if w["iteration"] in keep],
-                               "motifs": [m for m in document["motifs"] if m["iteration"] in keep]},
+                               "motifs": [m for m in document["motifs"] if m["iteration"] in keep],
+                               "cpu": [c for c in document["cpu"] if c["iteration"] in keep]},
                               separators=(",", ":")).encode()
             if len(text) <= max_bytes:
                 return text
@@ -194,7 +217,13 @@ class TraceReader(ABC):
             "op_counts": dict(self.counts),
             "bypassed": dict(self.bypassed),
             "switches": list(self.switches),
+            "host": dict(self.host),
+            "cpu": self._cpu_records(),
         }
+
+    def _cpu_records(self) -> list[dict]:
+        with self._lock:
+            return [dict(record) for record in self._cpu]
 
     def export(self, path: str | os.PathLike) -> Path:
         """Write the trace as JSON (atomically) and return the path."""
@@ -249,13 +278,10 @@ class Tracer(TraceReader):
     def complete(self, record: OpRecord) -> None:
         record.completed = time.perf_counter() - self.started
 
-    def step(self) -> int:
-        with self._lock:
-            self.iteration += 1
-            self.steps += 1
-            self._seq = 0
-            self._group_seq.clear()
-            return self.iteration
+    def _advance(self) -> int:
+        self._seq = 0
+        self._group_seq.clear()
+        return self.iteration + 1
 
     def wait(self, order: int, seconds: float) -> None:
         # No lock, as before: a dispatcher must not wait behind an export. The

@@ -75,7 +75,7 @@ ROOMS = {
 }
 #: Top modules of the enforcer every room may import; they import only each other
 #: (``_native`` and ``_ucc`` are the compiled extensions).
-FLOOR = ("settings", "state", "groups", "trace", "_native", "_ucc")
+FLOOR = ("settings", "state", "groups", "trace", "host_cpu", "_native", "_ucc")
 #: Top modules that may import anything of the enforcer: the package itself
 #: (``""``), its public API and the composition root.
 ROOF = ("", "api", "register")
@@ -339,13 +339,13 @@ def test_the_checker_sees_a_room_importing_upward(tmp_path):
     assert found == [
         "enforcer/spare/ is no room of ROOMS",
         "enforcer/comm/inner.py:1 imports enforcer, above room comm (it may import comm, "
-        "settings, state, groups, trace, _native, _ucc)",
+        "settings, state, groups, trace, host_cpu, _native, _ucc)",
         "enforcer/group/core.py:1 imports enforcer.link, above room group (it may import group, runtime, comm, "
-        "settings, state, groups, trace, _native, _ucc)",
+        "settings, state, groups, trace, host_cpu, _native, _ucc)",
         "enforcer/link/session.py:1 imports enforcer.group.core, above room link (it may import link, runtime, "
-        "comm, settings, state, groups, trace, _native, _ucc)",
+        "comm, settings, state, groups, trace, host_cpu, _native, _ucc)",
         "enforcer/settings.py:1 imports enforcer.comm.inner, above the floor (it may import settings, state, "
-        "groups, trace, _native, _ucc)",
+        "groups, trace, host_cpu, _native, _ucc)",
         "enforcer/stray.py is neither a room nor a top module of FLOOR or ROOF",
     ]
     assert room_docstring_violations(tmp_path) == ["enforcer/spare/__init__.py has no docstring"]

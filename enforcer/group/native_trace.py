@@ -31,11 +31,8 @@ class NativeTracer(TraceReader):
     def waited(self) -> float:
         return self.native.waited
 
-    def step(self) -> int:
-        with self._lock:
-            self.iteration = self.native.step()
-            self.steps += 1
-            return self.iteration
+    def _advance(self) -> int:
+        return self.native.step()
 
     def iteration_ops(self, iteration: int, limit: int) -> list[OpRecord]:
         return [self._record(entry) for entry in self.native.iteration_ops(iteration, limit)]

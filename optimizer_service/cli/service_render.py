@@ -22,6 +22,7 @@ import time
 from optimizer_service.plan.proto_codec import plan_from_proto
 from optimizer_service.service import search_view
 from optimizer_service.service.jobs import ratio_to_bound
+from optimizer_service.syndicate.host_load import HostLoad
 from optimizer_service.units import human_seconds
 from p2.v1 import optimizer_pb2 as api
 
@@ -120,7 +121,8 @@ def _figure(value: float | None, scale: float) -> str:
 def fit_table(job: dict) -> list[str]:
     """``p2 jobs show``'s fitted model of the latest search: per channel and for the host the
     fixed cost per motif, the latency of a round and the rate (each beside its calibrated value),
-    the samples and how each was set; then each fitted parameter's effect on the prediction."""
+    the samples and how each was set; each host's CPU per iteration (the bound's host term);
+    then each fitted parameter's effect on the prediction."""
     fit = job.get("fit")
     if not fit:
         return ["  no fitted model yet (the first search fits one to the job's telemetry)"]
@@ -138,6 +140,8 @@ def fit_table(job: dict) -> list[str]:
         lines.append(f"  {where:<11} {_figure(entry['motif_seconds'], 1e3):>8} {round_:>22} {rate:>19} "
                      f"{entry['samples']:>7}  {entry['how']}")
     predicted = fit.get("predicted_seconds")
+    for host in (bound or {}).get("hosts", []):
+        lines.append(f"  {HostLoad.from_dict(host)}")
     for effect in fit.get("effects", []):
         lines.append(f"  prediction without {effect['parameter']}: {effect['predicted_seconds_without'] * 1e3:.1f} ms "
                      f"(with all: {predicted * 1e3:.1f} ms)")

@@ -9,8 +9,12 @@ JSON with ``format`` :data:`TRACE_FORMAT`, ``version`` :data:`TRACE_VERSION`,
 ``end``), ``ops`` (the fields of :class:`OpRecord` plus ``gap``),
 ``dropped_ops``, ``waits`` (the fields of :class:`Wait`), ``motifs`` (the
 fields of :class:`MotifRecord`: every planned motif this rank ran), ``op_counts``,
-``bypassed`` and ``switches`` (``iteration``, ``version``, ``at``: the service
-plans this rank switched to); the field meanings are in :mod:`enforcer.trace`.
+``bypassed``, ``switches`` (``iteration``, ``version``, ``at``: the service
+plans this rank switched to), ``host`` (``id``, ``cores``) and ``cpu``
+(``iteration``, ``wall``, ``process_cpu``, ``step_thread_cpu``: what each
+iteration took of the host's cores; traces written before these carry
+neither); the field meanings are in :mod:`enforcer.trace` and
+:mod:`enforcer.host_cpu`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 No plan, schedule or motif decomposition runs one iteration of a training DAG
 (:mod:`optimizer_service.syndicate.dag`, Syndicate §4.3) in less time than the
-largest of three terms:
+largest of four terms:
 
 * **the critical path** (``compute_seconds``): the heaviest chain of data
   dependencies per iteration, with every compute node at its measured time and
@@ -28,6 +28,12 @@ largest of three terms:
   / enter the node, over the node's summed NIC rates — the best split over its
   NICs, where every NIC finishes at once —, and the same for a set of nodes
   together (below).
+* **the hosts' cores** (``host_seconds``, where the job's traces record its
+  CPU): per host, the CPU seconds its ranks' training loops (compute and the
+  issuing of ops) take per iteration, over the host's cores
+  (:class:`~optimizer_service.syndicate.host_load.HostLoad`). The cores are the
+  one resource the topology does not name: 8 ranks on 2 cores cannot compute
+  faster than 2 cores allow, however the compute is spread over the iteration.
 
 **Bytes that must cross.** Treat the ranks of each node as one participant
 (reducing or gathering inside the node first is free for this bound). For an
@@ -88,7 +94,7 @@ node's devices (or sockets) over the intra-node links — the loopback, whose
 one instance carries every rank's traffic on the emulated cluster.
 
 **What it ignores**, so it may be loose: latencies and every per-motif or
-per-message fixed cost, the host CPU time of issuing and of reducing, incast,
+per-message fixed cost, the host CPU time of moving and reducing bytes, incast,
 compute slowed by communication, that rings and trees move more than the
 minimum, and that a comm-op alone is slower once it shares links with others.
 Under the project's cost model (:mod:`optimizer_service.hardware.cost_model`)
@@ -112,6 +118,7 @@ from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import Motif
 from optimizer_service.syndicate.dag import TrainingDAG
+from optimizer_service.syndicate.host_load import HostLoad
 from optimizer_service.units import human_bytes, human_rate, human_seconds
 
 OUT, IN = "outbound", "inbound"
@@ -302,7 +309,8 @@ class NodeLoad:
 @dataclass(frozen=True)
 class Bound:
     """The lower bound on one iteration (module docstring): ``seconds`` is the largest of
-    its terms, ``binding`` says which one, ``nodes`` the per-node NIC loads."""
+    its terms, ``binding`` says which one, ``nodes`` the per-node NIC loads, ``hosts``
+    the hosts' CPU loads (none where the traces record no CPU)."""
 
     seconds: float
     compute_seconds: float
@@ -310,20 +318,25 @@ class Bound:
     network_seconds: float
     binding: str
     nodes: tuple[NodeLoad, ...] = ()
+    host_seconds: float = 0.0
+    hosts: tuple[HostLoad, ...] = ()
 
     def to_dict(self) -> dict:
         return {"seconds": self.seconds, "compute_seconds": self.compute_seconds,
                 "stream_seconds": self.stream_seconds, "network_seconds": self.network_seconds,
-                "binding": self.binding, "nodes": [node.to_dict() for node in self.nodes]}
+                "host_seconds": self.host_seconds, "binding": self.binding,
+                "nodes": [node.to_dict() for node in self.nodes], "hosts": [host.to_dict() for host in self.hosts]}
 
     def __str__(self) -> str:
+        cores = f", host cores {human_seconds(self.host_seconds)}" if self.hosts else ""
         return (f"{human_seconds(self.seconds)}, bound by {self.binding} (critical path "
                 f"{human_seconds(self.compute_seconds)}, busiest compute stream {human_seconds(self.stream_seconds)}, "
-                f"NICs {human_seconds(self.network_seconds)})")
+                f"NICs {human_seconds(self.network_seconds)}{cores})")
 
 
-def iteration_bound(dag: TrainingDAG, topology: Topology) -> Bound:
-    """The lower bound on ``dag``'s iteration time on ``topology`` (module docstring)."""
+def iteration_bound(dag: TrainingDAG, topology: Topology, hosts: Sequence[HostLoad] = ()) -> Bound:
+    """The lower bound on ``dag``'s iteration time on ``topology`` (module docstring);
+    ``hosts``: the job's CPU per host (:func:`~optimizer_service.syndicate.host_load.host_loads`)."""
     weight = [least_seconds(node.comm, topology) if node.is_comm else node.seconds for node in dag.nodes]
     path = cycle_seconds(dag, weight)
     streams: dict[int, float] = {}
@@ -334,12 +347,16 @@ def iteration_bound(dag: TrainingDAG, topology: Topology) -> Bound:
     crossings = [c for c in (crossing(node.comm, topology, 0) for node in dag.comm_ops) if c is not None]
     fabric = Fabric(topology, 0)
     network, parts, direction = _hardest(crossings, fabric) if crossings else (0.0, frozenset(), OUT)
+    cores = max(hosts, key=lambda host: host.seconds, default=None)
     terms = [(path, "compute critical path"), (busiest, f"compute stream {stream}"),
              (network, _nics_text(parts, direction))]
+    if cores is not None:
+        terms.append((cores.seconds, f"host {cores.host[:8]}'s {cores.cores:g} cores (its ranks' training loops)"))
     seconds, binding = max(terms, key=lambda term: term[0])     # ties: the first named
     if seconds <= 0:
         binding = "nothing (no compute time and no bytes between nodes)"
-    return Bound(seconds, path, busiest, network, binding, _node_loads(crossings, fabric))
+    return Bound(seconds, path, busiest, network, binding, _node_loads(crossings, fabric),
+                 cores.seconds if cores is not None else 0.0, tuple(hosts))
 
 
 def _nics_text(parts: frozenset[int], direction: str) -> str:

@@ -23,6 +23,7 @@ from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.baselines import SYSTEMS, SystemResult, run_systems
 from optimizer_service.syndicate.bound import Bound, iteration_bound
 from optimizer_service.syndicate.dag import TrainingDAG
+from optimizer_service.syndicate.host_load import HostLoad, host_loads
 from optimizer_service.syndicate.motif_cost import MotifCostModel
 from optimizer_service.syndicate.plan_export import export_plan
 from optimizer_service.syndicate.problem import Problem
@@ -52,7 +53,7 @@ def plan_job(dag_or_traces: TrainingDAG | Sequence[Mapping], topology: Topology,
              seed: int = 0, clock: Callable[[], float] = time.perf_counter, *, iteration: int | None = None,
              name: str = "trace", native: bool = True, version: int = 1,
              progress: Callable[[str], None] | None = None, cost: MotifCostModel | None = None,
-             max_evaluations: int | None = None) -> JobPlan:
+             max_evaluations: int | None = None, hosts: Sequence[HostLoad] | None = None) -> JobPlan:
     """Plan a job on ``topology`` with ``budget`` seconds of search per searching
     system (same ``seed``, same plan; ``clock`` measures the budget).
 
@@ -64,6 +65,8 @@ def plan_job(dag_or_traces: TrainingDAG | Sequence[Mapping], topology: Topology,
     :class:`MotifCostModel`; the live loop's is fitted to the job's telemetry,
     :mod:`optimizer_service.syndicate.telemetry_fit`); ``max_evaluations`` also
     bounds each search by evaluations (:func:`optimizer_service.syndicate.mcmc.mcmc`).
+    ``hosts``: the job's CPU per host for the bound's host term (default: read from
+    the traces; none for a DAG).
     """
     say = progress or (lambda text: None)
     measured = None
@@ -73,6 +76,8 @@ def plan_job(dag_or_traces: TrainingDAG | Sequence[Mapping], topology: Topology,
         traces = list(dag_or_traces)
         dag = dag_from_traces(traces, iteration, name=name)
         measured = trace_iteration_seconds(traces, iteration)
+        if hosts is None:
+            hosts = host_loads(traces)
     highest = max((r for n in dag.nodes if n.is_comm for r in n.comm.ranks), default=0)
     if highest >= topology.device_count:
         raise InvalidInputError(f"the job uses rank {highest} but topology {topology.name!r} has "
@@ -83,7 +88,7 @@ def plan_job(dag_or_traces: TrainingDAG | Sequence[Mapping], topology: Topology,
         f"(search budget {budget:g} s each, seed {seed})")
     results = run_systems(problem, budget=budget, seed=seed, progress=lambda system: say(f"  {system} ..."),
                           clock=clock, max_evaluations=max_evaluations)
-    bound = iteration_bound(dag, topology)
+    bound = iteration_bound(dag, topology, hosts or ())
     say(f"  lower bound {bound}")
     plan = dataclasses.replace(export_plan(problem, results[-1], version=version),
                                bound_iteration_seconds=bound.seconds)

@@ -82,6 +82,11 @@ def test_trace_records_every_op_with_iterations(tmp_path, mark_steps, impl):
             assert op["gap"] is not None
         assert ops[0]["kind"] == "broadcast" and ops[0]["iteration"] == (0 if mark_steps else -1)
         assert [s["index"] for s in trace["iterations"]] == ([0, 1, 2, 3, 4] if mark_steps else [-1, 0, 1, 2, 3])
+        # Every iteration a step closed after the first carries its CPU; all ranks name one host.
+        assert trace["host"]["cores"] >= 1 and trace["host"]["id"] == traces[0]["host"]["id"]
+        assert [c["iteration"] for c in trace["cpu"]] == ([1, 2, 3, 4] if mark_steps else [])
+        for record in trace["cpu"]:
+            assert record["wall"] > 0 and record["process_cpu"] >= record["step_thread_cpu"] > 0
 
 
 @pytest.mark.multiproc

@@ -194,8 +194,13 @@ function jobPage(root) {
       el("td", {}, `${fmt(e.round_seconds)} (${fmt(e.calibrated_round_seconds)})`),
       el("td", {}, `${rate(e.rate_bytes_per_s)} (${rate(e.calibrated_rate_bytes_per_s)})`),
       el("td", {}, e.samples), el("td", {}, e.how))));
+    const hosts = ((j.bound && j.bound.hosts) || []).map(h => el("li", {},
+      `host ${h.host.slice(0, 8)} (${h.cores} cores, ranks ${h.ranks.join(",")}): ${Math.round(100 * h.busy)}% busy; ` +
+      `training loops ${fmt(h.step_thread_cpu_seconds)}, other threads ` +
+      `${fmt(h.process_cpu_seconds - h.step_thread_cpu_seconds)} of CPU per iteration`));
     document.getElementById("fit-effects").replaceChildren(...(fit.effects || []).map(e => el("li", {},
-      `prediction without ${e.parameter}: ${fmt(e.predicted_seconds_without)} (with all: ${fmt(fit.predicted_seconds)})`)));
+      `prediction without ${e.parameter}: ${fmt(e.predicted_seconds_without)} (with all: ${fmt(fit.predicted_seconds)})`)),
+      ...hosts);
   }
 
   every(3 * POLL_MS, async () => {
