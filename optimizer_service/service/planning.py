@@ -107,7 +107,7 @@ def search(traces: list[dict], topology_yaml: str, seed: int, running_plan_json:
     found, stopped = live.found, live.found.chosen.search
     systems = {result.name: result.steady_seconds for result in found.results}
     passthrough = tuple(entry.to_dict() for entry in passed_through(traces, found.plan))
-    return SearchOutcome(found.plan.to_json(), found.chosen.steady_seconds, systems["FIFO"],
+    return SearchOutcome(found.plan.to_json(), live.predicted_seconds, systems["FIFO"],
                          live.measured_seconds, systems, len(found.problem.dag.comm_ops),
                          len(found.plan.ops), time.perf_counter() - started, live.fit, live.running_seconds,
                          passthrough, predicted_timeline(found.problem, found.chosen.evaluation), found.bound.seconds,

@@ -19,6 +19,12 @@ every run:
   the job's own ranks cannot cut it short. (The service still stops a worker
   that overruns its deadline: :class:`optimizer_service.service.planning.Planner`.)
 
+* **the host's cores** — the fixed costs were fitted at the window's load; a
+  plan's and the running plan's predictions are taken at the load each puts on
+  the cores the ranks share
+  (:mod:`optimizer_service.syndicate.host_contention`), and the bound counts
+  those cores (:mod:`optimizer_service.syndicate.host_load`).
+
 :attr:`LiveSearch.fit` carries the fitted values with each one's effect: the
 chosen plan's predicted time with that one value back at its calibrated
 setting.
@@ -29,11 +35,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.facade import JobPlan, plan_job
+from optimizer_service.syndicate.host_contention import Contention, contended_seconds
+from optimizer_service.syndicate.host_load import host_loads
 from optimizer_service.syndicate.plan_import import running_choice
 from optimizer_service.syndicate.refit import refit
 from optimizer_service.syndicate.scheduler import Policy
@@ -58,6 +66,7 @@ class LiveSearch:
     window_iterations: int
     running_seconds: float | None
     fit: dict
+    predicted_seconds: float = 0.0        # the chosen plan's, at the load it puts on the host's cores
 
 
 def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
@@ -72,22 +81,36 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     fit = fit_telemetry(calibrated, traces, measured_plan, prior)
     topology = refit(calibrated, fit)
     dag, measured, window = window_dag(traces, name="live")
+    hosts = host_loads(traces)
     found = plan_job(dag, topology, budget=math.inf, seed=seed, clock=clock, name="live",
-                     cost=fit.motif_cost(topology), max_evaluations=evaluations)
+                     cost=fit.motif_cost(topology), max_evaluations=evaluations, hosts=hosts)
     problem = found.problem
+    contention = Contention.of(hosts, measured)
+
+    def at_load(choice: list[int], policy: Policy, framework_order: bool = False) -> tuple[float, float]:
+        """The time of ``choice`` at the load it puts on the host's cores (:mod:`.host_contention`)."""
+        return contended_seconds(lambda k: problem.steady_seconds_priced(fit.contended(k).motif_cost(topology),
+                                                                         choice, policy, framework_order),
+                                 contention)
+
     # Nothing planned runs every op's first option (the library's own algorithm, whole, on
     # channel 0) in the program's order: gloo's ring, not FIFO's greedy pick among P²'s programs.
-    running_seconds: float | None = problem.steady_seconds([0] * len(problem.options), Policy.FIFO,
-                                                           framework_order=True)
+    running_seconds: float | None = at_load([0] * len(problem.options), Policy.FIFO, framework_order=True)[0]
     if running is not None and running.ops:
         choice = running_choice(problem, running)
-        running_seconds = None if choice is None else problem.steady_seconds(choice, Policy.CRITICAL_PATH)
+        running_seconds = None if choice is None else at_load(choice, Policy.CRITICAL_PATH)[0]
     chosen = found.chosen
+    predicted_seconds, factor = at_load(chosen.choice, chosen.policy, chosen.framework_order)
+    found = replace(found, plan=replace(found.plan, predicted_iteration_seconds=predicted_seconds))
 
     def predicted(other: TelemetryFit) -> float:
-        return problem.steady_seconds_priced(other.motif_cost(refit(calibrated, other)), chosen.choice,
-                                             chosen.policy, chosen.framework_order)
+        return problem.steady_seconds_priced(other.contended(factor).motif_cost(refit(calibrated, other)),
+                                             chosen.choice, chosen.policy, chosen.framework_order)
 
-    described = {**fit.to_dict(calibrated), "predicted_seconds": chosen.steady_seconds,
-                 "effects": effects(fit, predicted)}
-    return LiveSearch(found, measured, window, running_seconds, described)
+    described = {**fit.to_dict(calibrated), "predicted_seconds": predicted_seconds,
+                 "effects": effects(fit, predicted) + ([] if contention is None else [
+                     {"parameter": "the host's load", "predicted_seconds_without": chosen.steady_seconds}]),
+                 "host_contention": None if contention is None else
+                 {**contention.to_dict(), "factor": factor, "busy": contention.busy(predicted_seconds),
+                  "predicted_seconds_uncontended": chosen.steady_seconds}}
+    return LiveSearch(found, measured, window, running_seconds, described, predicted_seconds)

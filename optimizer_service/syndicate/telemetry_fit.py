@@ -210,6 +210,15 @@ class TelemetryFit:
         channel = int(where.split()[1])
         return replace(self, channels={**self.channels, channel: replace(self.channels[channel], **reset)})
 
+    def contended(self, factor: float) -> TelemetryFit:
+        """This fit with every fixed cost per motif ``factor`` times as long: the host's
+        cores busier (or idler) than in the window the fit comes from
+        (:mod:`optimizer_service.syndicate.host_contention`)."""
+        return replace(self, channels={c: replace(line, motif_seconds=line.motif_seconds * factor)
+                                       for c, line in self.channels.items()},
+                       host=replace(self.host, motif_seconds=self.host.motif_seconds * factor),
+                       calibrated_motif_seconds=self.calibrated_motif_seconds * factor)
+
     def _lines(self) -> list[tuple[str, Line]]:
         return [(f"channel {c}", line) for c, line in sorted(self.channels.items())] + [("host", self.host)]
 
