@@ -29,11 +29,14 @@ Two figures come out of a :class:`HostLoad`:
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from optimizer_service.units import human_seconds
+
+MAX_ID = 64     # characters of a host id kept (a boot id has 36)
 
 
 @dataclass(frozen=True)
@@ -79,28 +82,54 @@ class HostLoad:
 
 def host_loads(traces: Sequence[Mapping]) -> tuple[HostLoad, ...]:
     """Each host's load per iteration (module docstring), hosts in order of their
-    lowest rank; none for traces that carry no host or CPU records."""
-    members: dict[str, list[Mapping]] = {}
+    lowest rank; none for traces that carry no host or CPU records. A record that is
+    not a finite, non-negative figure is left out (the load is advisory: a rank's
+    odd record costs the bound its host term, never the search)."""
+    members: dict[str, list[tuple[int, float, dict[int, tuple[float, float, float]]]]] = {}
     for trace in traces:
-        where = trace.get("host")
-        if isinstance(where, Mapping) and where.get("id") and trace.get("cpu"):
-            members.setdefault(str(where["id"]), []).append(trace)
+        where, rank = trace.get("host"), trace.get("rank")
+        cores = _figure(where.get("cores")) if isinstance(where, Mapping) else None
+        if not (isinstance(where, Mapping) and isinstance(where.get("id"), str) and where["id"]
+                and isinstance(rank, int) and cores):
+            continue
+        records = _records(trace.get("cpu"))
+        if records:
+            members.setdefault(where["id"][:MAX_ID], []).append((rank, cores, records))
     loads = []
     for ident, ranks in members.items():
-        per_rank = [{int(c["iteration"]): c for c in trace["cpu"]} for trace in ranks]
-        common = set.intersection(*(set(records) for records in per_rank))
+        common = set.intersection(*(set(records) for _, _, records in ranks))
         if not common:
             continue
         walls, process, own = [], [], []
         for iteration in sorted(common):
-            records = [records[iteration] for records in per_rank]
-            walls.append(max(float(r["wall"]) for r in records))
-            process.append(sum(float(r["process_cpu"]) for r in records))
-            own.append(sum(float(r["step_thread_cpu"]) for r in records))
-        cores = min(float(trace["host"].get("cores") or 0.0) for trace in ranks)
-        loads.append(HostLoad(ident, cores, tuple(sorted(int(t["rank"]) for t in ranks)), len(common),
-                              statistics.median(walls), statistics.median(process), statistics.median(own)))
+            figures = [records[iteration] for _, _, records in ranks]
+            walls.append(max(wall for wall, _, _ in figures))
+            process.append(sum(cpu for _, cpu, _ in figures))
+            own.append(sum(step for _, _, step in figures))
+        loads.append(HostLoad(ident, min(cores for _, cores, _ in ranks), tuple(sorted(r for r, _, _ in ranks)),
+                              len(common), statistics.median(walls), statistics.median(process),
+                              statistics.median(own)))
     return tuple(sorted(loads, key=lambda load: load.ranks[0]))
+
+
+def _records(cpu: object) -> dict[int, tuple[float, float, float]]:
+    """A trace's ``cpu`` records as ``{iteration: (wall, process, step thread)}``, the usable ones."""
+    found = {}
+    for record in cpu if isinstance(cpu, list) else ():
+        if not isinstance(record, Mapping) or not isinstance(record.get("iteration"), int):
+            continue
+        figures = tuple(_figure(record.get(name), zero=True) for name in ("wall", "process_cpu", "step_thread_cpu"))
+        if all(figure is not None for figure in figures):
+            found[record["iteration"]] = figures
+    return found
+
+
+def _figure(value: object, zero: bool = False) -> float | None:
+    """``value`` as a finite float (positive, or also 0 with ``zero``), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) and (value > 0 or (zero and value == 0)) else None
 
 
 def _ranks(ranks: Sequence[int]) -> str:

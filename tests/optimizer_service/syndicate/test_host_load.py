@@ -38,10 +38,19 @@ def test_a_hosts_ranks_add_up_per_iteration_and_the_window_keeps_the_median():
     assert "host boot-1 (2 cores, ranks 0,1)" in str(first) and "busy" in str(first)
 
 
-def test_traces_without_host_or_cpu_records_give_no_load():
+def test_traces_without_host_or_cpu_records_give_no_load_and_odd_records_are_left_out():
     bare = [trace([op("all_reduce", 4 * MB, 0.01, 0.05)], rank=r) for r in range(2)]
     assert host_loads(bare) == ()
     assert host_loads([{**t, "host": {"id": "x", "cores": 2}, "cpu": []} for t in bare]) == ()
+    good = cpu((1, 0.2, 0.1, 0.05), (2, 0.2, 0.1, 0.05))
+    odd = [{"iteration": 3, "wall": "slow", "process_cpu": 0.1, "step_thread_cpu": 0.0},
+           {"iteration": 4, "wall": float("nan"), "process_cpu": 0.1, "step_thread_cpu": 0.0},
+           {"iteration": 5, "wall": 0.2, "process_cpu": -1.0, "step_thread_cpu": 0.0}, "junk", {"iteration": "6"}]
+    traces = [{**t, "host": {"id": "x" * 500, "cores": 2}, "cpu": good + odd} for t in bare]
+    (load,) = host_loads(traces)
+    assert load.iterations == 2 and len(load.host) == 64 and load.process_cpu_seconds == pytest.approx(0.2)
+    for host in ({"id": "x", "cores": 0}, {"id": "x", "cores": "2"}, {"id": 7, "cores": 2}, {"cores": 2}, "x"):
+        assert host_loads([{**t, "host": host, "cpu": good} for t in bare]) == ()
 
 
 def test_the_hosts_cores_bind_when_the_training_loops_need_more_than_the_critical_path():
