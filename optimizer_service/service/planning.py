@@ -10,7 +10,8 @@ last, bounded by evaluations (the same traces, the same plan). That is seconds
 of CPU, so it runs in a :class:`Planner`'s worker process (spawned once,
 reused): the gRPC server and the commits of other jobs stay responsive. A
 search that overruns its budget by :data:`GRACE_SECONDS` is killed with its
-worker (the next search starts a fresh one).
+worker (the next search starts a fresh one), and so is one whose caller is
+cancelled while the worker runs it (:meth:`Planner._run`).
 
 :func:`search` is what runs in the worker: plain values in (trace documents,
 topology YAML), plain values out (:class:`SearchOutcome`), so nothing but JSON
@@ -23,6 +24,7 @@ import asyncio
 import functools
 import multiprocessing
 import time
+import weakref
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -221,6 +223,7 @@ class Planner:
 
     def __init__(self) -> None:
         self._pool: ProcessPoolExecutor | None = None
+        self._stopped: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()   # stopped for a cancelled caller
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -241,24 +244,46 @@ class Planner:
                                prior_fit)
 
     async def _run(self, what: str, budget: float, function, *args):
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor(), function, *args)
+        """``function(*args)`` in the worker. A caller that is cancelled (the policy
+        dropped a search for an old cluster state) stops the worker if it runs its
+        call, so the next search does not wait for a result nobody reads (a DLRM
+        loop's replan waited 9 s, 20 iterations, behind one); a call of another job
+        that was waiting its turn is then submitted again to the fresh worker."""
+        while True:
+            pool = self._executor()
+            work = pool.submit(function, *args)
+            try:
+                return await self._wait(what, budget, work)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():      # this caller was cancelled
+                    if not work.cancel():                        # handed to the worker: stop it there
+                        self._kill(stopped=True)
+                    raise
+            except BrokenProcessPool:
+                if pool not in self._stopped:
+                    self._kill()
+                    raise PlanningError(f"{what}'s worker process died; the next search starts a new one") from None
+            # Another caller's cancel stopped the worker before this call ran: submit it again.
+
+    async def _wait(self, what: str, budget: float, work):
         try:
-            return await asyncio.wait_for(future, budget + GRACE_SECONDS)
+            return await asyncio.wait_for(asyncio.wrap_future(work), budget + GRACE_SECONDS)
         except TimeoutError:
             self._kill()
             raise PlanningError(f"{what} did not finish within its budget of {budget:g} s "
                                 f"+ {GRACE_SECONDS:g} s; its worker was stopped") from None
-        except BrokenProcessPool:
-            self._kill()
-            raise PlanningError(f"{what}'s worker process died; the next search starts a new one") from None
         except InvalidInputError as error:
             raise PlanningError(f"cannot plan this job: {error}") from None
 
-    def _kill(self) -> None:
+    def _kill(self, stopped: bool = False) -> None:
+        """Stop the worker (the next call starts a new one); ``stopped``: for a cancelled
+        caller, so the calls it took down with it are submitted again, not failed."""
         pool, self._pool = self._pool, None
         if pool is None:
             return
+        if stopped:
+            self._stopped.add(pool)
         for process in list(getattr(pool, "_processes", {}).values()):
             process.kill()
         pool.shutdown(wait=False, cancel_futures=True)

@@ -103,7 +103,9 @@ a time and a comm-op's motifs between its predecessors and successors, so the
 model's iteration time of any plan (two iterations unrolled, over two) is at
 least the bound. (Comm-ops on different lanes of one channel — a pipeline's
 edges — run side by side in the model; for those the model may undercut the
-NIC term, the bound still holds for the hardware.)
+NIC term, the bound still holds for the hardware.) The hosts' term is outside
+the scheduler's model, which prices compute as the traces measured it: a
+prediction under that term is optimistic by at least the difference.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ prediction and FIFO's for the traced DAG; bad input and an overrun are one line.
 from __future__ import annotations
 
 import asyncio
+import operator
+import time
 
 import pytest
 
@@ -70,6 +72,30 @@ def test_a_search_that_overruns_is_stopped_with_its_worker(monkeypatch):
         monkeypatch.undo()
         again = asyncio.run(planner.plan(traces(), load_topology("hgx2-4n").to_yaml(), budget=0.5))
         assert again.planned_ops == 2
+    finally:
+        planner.close()
+
+
+def test_a_cancelled_search_stops_the_worker_and_a_waiting_call_of_another_job_runs_on_the_next():
+    """The policy drops a search for an old cluster state: the worker must not finish it first."""
+    planner = Planner()
+
+    async def scenario() -> tuple[int, int, bool]:
+        running = asyncio.create_task(planner._run("the search", 600, time.sleep, 600))   # in the worker
+        while planner._pool is None or not any(p.is_alive() for p in planner._pool._processes.values()):
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(2.0)                          # the worker has taken the call (spawned, imported)
+        waiting = asyncio.create_task(planner._run("another job's search", 600, operator.add, 1, 2))
+        await asyncio.sleep(0.2)
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        other = await asyncio.wait_for(waiting, 120)  # a worker still sleeping its 600 s would time this out
+        mine = await asyncio.wait_for(planner._run("the next search", 600, operator.add, 2, 3), 120)
+        return other, mine, running.cancelled()
+
+    try:
+        assert asyncio.run(scenario()) == (3, 5, True)
     finally:
         planner.close()
 
