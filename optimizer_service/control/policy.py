@@ -474,12 +474,13 @@ def _on_commit_failed(state: Policy, event: CommitFailed, now: float) -> tuple[P
 
 
 # ---------------------------------------------------------------- operator and cluster
-def _cancel(state: Policy, why: str) -> tuple[Policy, list[Action]]:
+def _cancel(state: Policy, why: str, cool: bool = True) -> tuple[Policy, list[Action]]:
+    """Drop the search under way, if any; ``cool``: and start a cooldown."""
     pending = state.pending
     if pending is None or pending.what != SEARCHING:
         return state, []
-    return replace(_cool(state), pending=None), [CancelSearch(pending.request, f"search r{pending.request} "
-                                                              f"cancelled: {why}")]
+    return replace(_cool(state) if cool else state, pending=None), [
+        CancelSearch(pending.request, f"search r{pending.request} cancelled: {why}")]
 
 
 def _changed(state: Policy, cluster: str, due: str, keep: tuple[tuple, tuple] = ((), ())) -> tuple[Policy, list[Action]]:
@@ -492,7 +493,10 @@ def _changed(state: Policy, cluster: str, due: str, keep: tuple[tuple, tuple] = 
     nothing worth committing there, or a failure there, and neither says anything
     about the new state. (The DLRM loop's drift was seen 14 iterations after the
     NIC slowed, and the cooldown of a search in the old state that committed
-    nothing held the new state's search back 14 more iterations.)"""
+    nothing held the new state's search back 14 more iterations.) Cancelling a
+    search of the old state starts no cooldown either: in three loop runs one was
+    under way when the drift was seen, and its cooldown held the new state's
+    search back 20 iterations."""
     old, (window, channels) = state.cluster, keep
     trial = None if state.trial is None else replace(state.trial, previous_seconds=None)
     state = replace(_fresh(state), cluster=cluster, due=due, trial=trial, watches=Watches(),   # every trigger armed
@@ -500,7 +504,7 @@ def _changed(state: Policy, cluster: str, due: str, keep: tuple[tuple, tuple] = 
     if window:
         state = replace(state, measurement=Measurement(since_switch=state.config.warmup + len(window), window=window,
                                                        channel_window=channels))
-    state, actions = _cancel(state, "it was for the old cluster state")
+    state, actions = _cancel(state, "it was for the old cluster state", cool=False)
     best = state.best()
     known = f"best known plan there: {_name(best[0])} ({best[1]:.3f} s)" if best else "no plan known there"
     left = max(state.config.min_samples - len(window), 0)

@@ -402,6 +402,7 @@ def test_a_cluster_change_cancels_the_search_for_the_old_state():
     state, request = first_request()
     state, actions = step(state, ClusterChanged("B"), 0.0)
     assert [type(a) for a in actions] == [CancelSearch, Note] and actions[0].request == request.request
+    assert state.cooldown_until <= state.count           # the cancel holds the new state's search back in nothing
     state, actions = step(state, SearchDone(request.request, 1, 0.01), 0.0)
     assert [a.kind for a in actions] == ["ignored"]
     assert step(state, ClusterChanged("B"), 0.0)[1] == []                       # no change, no event
