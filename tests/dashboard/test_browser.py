@@ -181,7 +181,10 @@ def test_a_searchs_fitted_model_appears_on_the_open_job_page(tmp_path, browser):
                          str(tmp_path / "topology.yaml"), "--policy", "first_plan_after=100000", dashboard=True)
     ranks = Ranks(serve.address, "fit-job", 4, token=TOKEN)
     for sim, trace in zip(ranks.ranks, passthrough_traces([0.02] * 8)):
-        sim.trace = trace
+        # the ranks share one host of 2 cores and record each iteration's CPU (enforcer.host_cpu)
+        sim.trace = {**trace, "host": {"id": "boot-1", "cores": 2},
+                     "cpu": [{"iteration": k, "wall": 0.2, "process_cpu": 0.06, "step_thread_cpu": 0.02}
+                             for k in range(8)]}
     feed = TelemetryFeed(ranks, period=0.1)
     try:
         console = Console(browser)
@@ -204,6 +207,10 @@ def test_a_searchs_fitted_model_appears_on_the_open_job_page(tmp_path, browser):
         assert len(effects) == len(fit["effects"]) and effects[0].startswith(
             f"prediction without {fit['effects'][0]['parameter']}: ")
         assert "bound by" in page.locator("#fit-caption").inner_text()
+        with urllib.request.urlopen(f"{serve.http_url}/api/jobs/fit-job", timeout=10) as answer:
+            hosts = json.load(answer)["bound"]["hosts"]
+        shown = page.locator("#fit-hosts li").all_inner_texts()      # the ranks' traces carry their CPU
+        assert len(shown) == len(hosts) >= 1 and "% busy; training loops" in shown[0]
         page.screenshot(path=str(ARTIFACTS / "job-fitted-model.png"), full_page=True)
         assert console.errors == []
         page.close()

@@ -199,8 +199,8 @@ function jobPage(root) {
       `training loops ${fmt(h.step_thread_cpu_seconds)}, other threads ` +
       `${fmt(h.process_cpu_seconds - h.step_thread_cpu_seconds)} of CPU per iteration`));
     document.getElementById("fit-effects").replaceChildren(...(fit.effects || []).map(e => el("li", {},
-      `prediction without ${e.parameter}: ${fmt(e.predicted_seconds_without)} (with all: ${fmt(fit.predicted_seconds)})`)),
-      ...hosts);
+      `prediction without ${e.parameter}: ${fmt(e.predicted_seconds_without)} (with all: ${fmt(fit.predicted_seconds)})`)));
+    document.getElementById("fit-hosts").replaceChildren(...hosts);
   }
 
   every(3 * POLL_MS, async () => {
