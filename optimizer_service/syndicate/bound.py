@@ -349,16 +349,17 @@ def iteration_bound(dag: TrainingDAG, topology: Topology, hosts: Sequence[HostLo
     crossings = [c for c in (crossing(node.comm, topology, 0) for node in dag.comm_ops) if c is not None]
     fabric = Fabric(topology, 0)
     network, parts, direction = _hardest(crossings, fabric) if crossings else (0.0, frozenset(), OUT)
-    cores = max(hosts, key=lambda host: host.seconds, default=None)
+    crowded = max(hosts, key=lambda host: host.seconds, default=None)     # the host whose loops need longest
     terms = [(path, "compute critical path"), (busiest, f"compute stream {stream}"),
              (network, _nics_text(parts, direction))]
-    if cores is not None:
-        terms.append((cores.seconds, f"host {cores.host[:8]}'s {cores.cores:g} cores (its ranks' training loops)"))
+    if crowded is not None:
+        terms.append((crowded.seconds,
+                       f"host {crowded.host[:8]}'s {crowded.cores:g} cores (its ranks' training loops)"))
     seconds, binding = max(terms, key=lambda term: term[0])     # ties: the first named
     if seconds <= 0:
         binding = "nothing (no compute time and no bytes between nodes)"
     return Bound(seconds, path, busiest, network, binding, _node_loads(crossings, fabric),
-                 cores.seconds if cores is not None else 0.0, tuple(hosts))
+                 crowded.seconds if crowded is not None else 0.0, tuple(hosts))
 
 
 def _nics_text(parts: frozenset[int], direction: str) -> str:

@@ -89,9 +89,12 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
 
     def at_load(choice: list[int], policy: Policy, framework_order: bool = False) -> tuple[float, float]:
         """The time of ``choice`` at the load it puts on the host's cores (:mod:`.host_contention`)."""
-        return contended_seconds(lambda k: problem.steady_seconds_priced(fit.contended(k).motif_cost(topology),
-                                                                         choice, policy, framework_order),
-                                 contention)
+        def price(k: float) -> float:
+            if k == 1.0:            # the fit as it is: the problem's own prices, nothing re-priced
+                return problem.steady_seconds(choice, policy, framework_order)
+            return problem.steady_seconds_priced(fit.contended(k).motif_cost(topology), choice, policy,
+                                                 framework_order)
+        return contended_seconds(price, contention)
 
     # Nothing planned runs every op's first option (the library's own algorithm, whole, on
     # channel 0) in the program's order: gloo's ring, not FIFO's greedy pick among P²'s programs.
