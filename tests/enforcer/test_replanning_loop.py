@@ -106,4 +106,7 @@ def test_the_service_plans_and_commits_a_live_job_by_itself(tmp_path):
     assert shown_job["bound"] == latest["search"]["bound"] and "0" in shown_job["fit"]["channels"]
     assert "the model the latest search" in job_text.stdout and "host" in job_text.stdout
     assert all(f"prediction without {e['parameter']}:" in job_text.stdout for e in shown_job["fit"]["effects"])
+    hosts = shown_job["bound"]["hosts"]             # the ranks' CPU records, one host for every rank here
+    assert len(hosts) == 1 and sorted(hosts[0]["ranks"]) == list(range(shown_job["world_size"]))
+    assert f"host {hosts[0]['host'][:8]} (" in job_text.stdout and "% busy" in job_text.stdout
     assert "replan" in log and "commit" in log
