@@ -74,10 +74,24 @@ shape far off the others counts less. Guards:
   [0, :data:`MAX_LATENCY_SCALE`] times calibrated, so one odd window cannot
   move the model by more than that.
 
+**Pooling.** Every window of one cluster state measures the same cluster, under
+different plans, and the next search must not forget what an earlier one
+measured: the service keeps each search's fit for the cluster state (and, when
+a plan is rolled back, the fit of what that plan measured), and each line
+keeps the shapes it was fitted from (``shapes``: its own first, at most
+:data:`MAX_SHAPES`). The next window's fit pools its own shapes with those,
+each weighted by its count. Why: passthrough runs every op whole, one at a
+time, so its window's shapes cannot tell a motif's fixed cost from a ring's
+slow rounds; the FSDP2 loop's first plan, eight segments of every op on two
+channels, measured 13-18 ms per motif where passthrough's window had fitted
+1-1.5 ms, and was rolled back; the search after it fitted passthrough's next
+window alone, priced the segments at 1 ms again and committed a plan 45 %
+slower than passthrough. Pooled, the rolled-back plan's segments keep
+counting until the cluster state changes.
+
 Our reading of what the job cannot say: a channel with no samples of its own
-(passthrough uses channel 0 only) takes what an earlier window of the same
-cluster state fitted for it, if one did (``earlier``: the service keeps each
-search's fit for the cluster state; a plan rolled back to passthrough has
+(passthrough uses channel 0 only) is fitted from the earlier windows' shapes
+alone, if they have enough (``earlier``: a plan rolled back to passthrough has
 left its motif times there, and the next search must not forget that a NIC
 was measured slow); else it keeps its calibrated rate and latency and takes
 the median fixed cost of the channels and host that were fitted
@@ -91,6 +105,7 @@ passthrough), is shared the same way.
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -118,6 +133,8 @@ MAX_MOTIF_SECONDS = 0.1
 MAX_LATENCY_SCALE = 1000.0
 #: Significant digits of a sample's modelled terms that name its shape.
 SHAPE_DIGITS = 3
+#: Shapes a line keeps for the next window of its cluster state to fit with (its own first).
+MAX_SHAPES = 24
 #: Huber re-weighting rounds of the fit, and its tuning constant (in robust standard deviations).
 ROBUST_ROUNDS, HUBER = 5, 1.345
 #: The fit's terms, in the order they are given up when the data cannot tell them apart (last first).
@@ -136,6 +153,10 @@ class Sample:
     measured: float
 
 
+#: One shape of samples: (motifs, latency, transfer, measured, count), medians but the count.
+Shape = tuple[int, float, float, float, int]
+
+
 @dataclass(frozen=True)
 class Line:
     """``measured ≈ motifs·motif_seconds + latency_scale·latency + scale·transfer``
@@ -150,6 +171,9 @@ class Line:
     fitted: tuple[str, ...] = ()
     shared: bool = False
     earlier: bool = False
+    #: what the line was fitted from, for the next window to fit with: (motifs, latency, transfer,
+    #: measured, count) per shape, the medians of its samples (module docstring, "Pooling")
+    shapes: tuple[tuple[int, float, float, float, int], ...] = ()
 
     @property
     def how(self) -> str:
@@ -160,13 +184,14 @@ class Line:
     def to_dict(self) -> dict:
         return {"motif_seconds": self.motif_seconds, "latency_scale": self.latency_scale, "scale": self.scale,
                 "samples": self.samples, "fitted": list(self.fitted), "shared": self.shared, "earlier": self.earlier,
-                "how": self.how}
+                "how": self.how, "shapes": [list(shape) for shape in self.shapes]}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> Line:
         fitted = tuple(str(t) for t in data.get("fitted", ()) if t in TERMS)
         return cls(float(data["motif_seconds"]), float(data["latency_scale"]), float(data["scale"]),
-                   int(data.get("samples", 0)), fitted, bool(data.get("shared", False)), bool(data.get("earlier")))
+                   int(data.get("samples", 0)), fitted, bool(data.get("shared", False)), bool(data.get("earlier")),
+                   _read_shapes(data.get("shapes")))
 
 
 @dataclass(frozen=True)
@@ -264,22 +289,22 @@ def host_links(topology: Topology) -> tuple:
 
 # ----------------------------------------------------------------------- the fit
 def fit_line(samples: Sequence[Sample], calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS,
-             fixed: Mapping[str, float] | None = None) -> Line:
-    """The robust fit of one channel's (or the host's) samples (module docstring);
-    ``fixed`` gives terms their values instead of fitting them. A fixed cost or
-    latency the non-negative fit puts at 0 is its constraint, not a measurement:
-    the line is fitted again with that term at its calibrated value and the
-    term is not counted as fitted (:func:`fit_samples` then shares the fixed cost)."""
+             fixed: Mapping[str, float] | None = None, earlier: Sequence[Shape] = ()) -> Line:
+    """The robust fit of one channel's (or the host's) samples, pooled with the
+    ``earlier`` shapes of its cluster state (module docstring); ``fixed`` gives
+    terms their values instead of fitting them. A fixed cost or latency the
+    non-negative fit puts at 0 is its constraint, not a measurement: the line is
+    fitted again with that term at its calibrated value and the term is not
+    counted as fitted (:func:`fit_samples` then shares the fixed cost)."""
     usable = [s for s in samples if s.motifs > 0 and s.latency + s.transfer > 0 and s.measured >= 0]
-    if len(usable) < MIN_SAMPLES:
-        return Line(calibrated_motif_seconds, 1.0, 1.0, len(usable))
-    shapes: dict[tuple, list[Sample]] = {}
-    for s in usable:
-        shapes.setdefault((s.motifs, f"{s.latency:.{SHAPE_DIGITS}g}", f"{s.transfer:.{SHAPE_DIGITS}g}"), []).append(s)
-    rows = np.array([[group[0].motifs, statistics.median(s.latency for s in group),
-                      statistics.median(s.transfer for s in group)] for group in shapes.values()])
-    measured = np.array([statistics.median(s.measured for s in group) for group in shapes.values()])
-    counts = np.array([len(group) for group in shapes.values()], dtype=float)
+    own = _shapes(usable)
+    pooled = own + list(earlier)
+    kept = tuple(own[:MAX_SHAPES]) + tuple(sorted(earlier, key=lambda shape: -shape[4]))[:max(0, MAX_SHAPES - len(own))]
+    if sum(shape[4] for shape in pooled) < MIN_SAMPLES:
+        return Line(calibrated_motif_seconds, 1.0, 1.0, len(usable), shapes=kept)
+    rows = np.array([shape[:3] for shape in pooled], dtype=float)
+    measured = np.array([shape[3] for shape in pooled], dtype=float)
+    counts = np.array([shape[4] for shape in pooled], dtype=float)
     defaults = {"motif_seconds": calibrated_motif_seconds, "latency": 1.0, "rate": 1.0, **(fixed or {})}
     column = {"motif_seconds": 0, "latency": 1, "rate": 2}
     terms = tuple(t for t in TERMS if t not in (fixed or {}))
@@ -288,19 +313,49 @@ def fit_line(samples: Sequence[Sample], calibrated_motif_seconds: float = DEFAUL
         if fitted and _separable(rows[:, free], counts):
             break
     else:
-        return Line(defaults["motif_seconds"], defaults["latency"], 1.0, len(usable))
+        return Line(defaults["motif_seconds"], defaults["latency"], 1.0, len(usable), shapes=kept)
     # The rate's term is fitted as its excess over the calibrated rate (scale = 1 + excess, excess >= 0).
     known = rows[:, column["rate"]] + sum(rows[:, column[t]] * defaults[t] for t in TERMS
                                           if t not in fitted and t != "rate")
     coef = dict(zip(fitted, _robust_nonnegative(rows[:, free], measured - known, counts)))
     at_zero = {t: defaults[t] for t in ("motif_seconds", "latency") if t in coef and coef[t] <= 0}
     if at_zero:
-        line = fit_line(samples, calibrated_motif_seconds, {**(fixed or {}), **at_zero})
+        line = fit_line(samples, calibrated_motif_seconds, {**(fixed or {}), **at_zero}, earlier)
         return replace(line, fitted=tuple(t for t in line.fitted if t not in at_zero))
     values = {**defaults, **coef, "rate": 1.0 + coef.get("rate", 0.0)}
     return Line(_clamp(values["motif_seconds"], 0.0, MAX_MOTIF_SECONDS),
                 _clamp(values["latency"], 0.0, MAX_LATENCY_SCALE), _clamp(values["rate"], 1.0, MAX_SCALE),
-                len(usable), tuple(t for t in TERMS if t in fitted))
+                len(usable), tuple(t for t in TERMS if t in fitted), shapes=kept)
+
+
+def _shapes(samples: Sequence[Sample]) -> list[Shape]:
+    """The samples grouped by shape (motifs and three significant digits of each
+    modelled term), each with its median terms, median measured time and count,
+    the most common first."""
+    groups: dict[tuple, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault((s.motifs, f"{s.latency:.{SHAPE_DIGITS}g}", f"{s.transfer:.{SHAPE_DIGITS}g}"), []).append(s)
+    shapes = [(group[0].motifs, statistics.median(s.latency for s in group),
+               statistics.median(s.transfer for s in group), statistics.median(s.measured for s in group), len(group))
+              for group in groups.values()]
+    return sorted(shapes, key=lambda shape: -shape[4])
+
+
+def _read_shapes(data: object) -> tuple[Shape, ...]:
+    """The shapes a :meth:`Line.to_dict` wrote; anything else is left out (at most :data:`MAX_SHAPES`)."""
+    if not isinstance(data, list):
+        return ()
+    shapes = []
+    for item in data[:MAX_SHAPES]:
+        try:
+            motifs, latency, transfer, measured, count = item
+            shape = (int(motifs), float(latency), float(transfer), float(measured), int(count))
+        except (TypeError, ValueError):
+            continue
+        if (shape[0] > 0 and shape[4] > 0 and all(math.isfinite(v) and v >= 0 for v in shape[1:4])
+                and shape[1] + shape[2] > 0):
+            shapes.append(shape)
+    return tuple(shapes)
 
 
 def _separable(design: np.ndarray, weights: np.ndarray) -> bool:
@@ -356,34 +411,43 @@ def _clamp(value: float, low: float, high: float) -> float:
 def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
                 calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS,
                 prior: TelemetryFit | None = None) -> TelemetryFit:
-    """Fit every channel of ``channels`` and the host; one the window cannot fit
-    takes ``prior``'s values for it (an earlier window of the same cluster state)
-    where that fitted any, and the fixed cost is shared where neither did
-    (module docstring)."""
-    def fitted(line: Line, earlier: Line | None) -> Line:
-        if line.fitted or earlier is None or not earlier.fitted:
-            return line
-        return replace(earlier, samples=line.samples, shared=False, earlier=True)
-
+    """Fit every channel of ``channels`` and the host to this window's samples
+    pooled with what ``prior`` (an earlier window of the same cluster state) was
+    fitted from; a line neither can fit takes ``prior``'s values where that
+    fitted any, and the fixed cost is shared where nothing did (module docstring)."""
     before = prior.channels if prior is not None else {}
-    lines = {c: fitted(fit_line([s for s in samples if s.channel == c], calibrated_motif_seconds), before.get(c))
-             for c in channels}
-    host = fitted(fit_line([s for s in samples if s.channel is None], calibrated_motif_seconds),
-                  prior.host if prior is not None else None)
+
+    def fit(own: Sequence[Sample], earlier: Line | None, fixed: Mapping[str, float] | None = None) -> Line:
+        line = fit_line(own, calibrated_motif_seconds, fixed, earlier.shapes if earlier is not None else ())
+        if earlier is None or not earlier.fitted:
+            return line
+        if not line.fitted:         # a prior without shapes (written before pooling), or too few of them
+            return replace(earlier, samples=line.samples, shared=False, earlier=True, shapes=line.shapes)
+        if line.samples < MIN_SAMPLES and earlier.shapes:     # fitted from the earlier window's shapes
+            return replace(line, earlier=True)
+        return line
+
+    own = {c: [s for s in samples if s.channel == c] for c in channels}
+    host_own = [s for s in samples if s.channel is None]
+    lines = {c: fit(own[c], before.get(c)) for c in channels}
+    host = fit(host_own, prior.host if prior is not None else None)
     fitted = [line.motif_seconds for line in (*lines.values(), host) if "motif_seconds" in line.fitted]
     if fitted:
         shared = statistics.median(fitted)
 
-        def share(line: Line, own: Sequence[Sample]) -> Line:
+        def share(line: Line, own: Sequence[Sample], earlier: Line | None) -> Line:
             if "motif_seconds" in line.fitted:
                 return line
-            if line.fitted and not line.earlier:    # its other terms measured, the fixed cost at the shared value
-                refit = fit_line(own, calibrated_motif_seconds, {"motif_seconds": shared})
-                return replace(refit, fitted=tuple(t for t in refit.fitted if t != "motif_seconds"), shared=True)
+            if line.fitted:     # its other terms measured: fitted again around the shared fixed cost
+                refit = fit_line(own, calibrated_motif_seconds, {"motif_seconds": shared},
+                                 earlier.shapes if earlier is not None else ())
+                if refit.fitted:
+                    return replace(refit, fitted=tuple(t for t in refit.fitted if t != "motif_seconds"),
+                                   shared=True, earlier=line.earlier)
             return replace(line, motif_seconds=shared, shared=True)
 
-        lines = {c: share(line, [s for s in samples if s.channel == c]) for c, line in lines.items()}
-        host = share(host, [s for s in samples if s.channel is None])
+        lines = {c: share(line, own[c], before.get(c)) for c, line in lines.items()}
+        host = share(host, host_own, prior.host if prior is not None else None)
     return TelemetryFit(lines, host, calibrated_motif_seconds)
 
 

@@ -19,6 +19,8 @@ from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.motif_cost import DEFAULT_DISPATCH_SECONDS, MotifCostModel
 from optimizer_service.syndicate.telemetry_fit import (
     MAX_SCALE,
+    MAX_SHAPES,
+    Line,
     Sample,
     TelemetryFit,
     fit_line,
@@ -242,3 +244,63 @@ def test_a_fixed_cost_the_fit_puts_at_zero_is_not_a_measurement_and_takes_the_sh
     assert line.shared and line.motif_seconds == fit.host.motif_seconds and "rate" in line.fitted
     # the rate is measured with that fixed cost in place, not on top of a cost it had absorbed
     assert line.scale < alone.scale - 0.01
+
+
+def passthrough_and_segments(rng: random.Random) -> tuple[list[Sample], list[Sample]]:
+    """What the FSDP2 loop measured on channel 0 (7 iterations; a ring's 7 rounds at 0.1 ms each):
+    passthrough's whole ops (tiny ones at 1.5 ms, 1 MB all-gathers and 2 MB reduce-scatters at
+    about 1.9x the NIC's time) and a rolled-back plan's eighth-of-an-op segments on both channels
+    (16-17 ms each: the fixed cost passthrough's shapes cannot show)."""
+    def jitter(x: float) -> float:
+        return x * rng.uniform(0.97, 1.03)
+    whole, segments = [], []
+    for _ in range(7):
+        whole += [Sample(0, 1, 7e-4, 2e-4, jitter(0.0015)) for _ in range(2)]
+        whole += [Sample(0, 1, 7e-4, 0.035, jitter(0.067)) for _ in range(4)]
+        whole += [Sample(0, 1, 7e-4, 0.07, jitter(0.13)) for _ in range(2)] + [Sample(0, 2, 14e-4, 1e-6, jitter(0.003))]
+        segments += [Sample(0, 1, 7e-4, 0.0044, jitter(0.016)) for _ in range(20)]
+        segments += [Sample(0, 1, 7e-4, 0.0088, jitter(0.022)) for _ in range(4)]
+        segments += [Sample(1, 1, 7e-4, 0.0044, jitter(0.017)) for _ in range(30)]
+    return whole, segments
+
+
+def price(line, motifs: int, latency: float, transfer: float) -> float:
+    return motifs * line.motif_seconds + line.latency_scale * latency + line.scale * transfer
+
+
+def test_the_next_window_pools_what_a_rolled_back_plan_measured_in_its_cluster_state():
+    whole, segments = passthrough_and_segments(random.Random(11))
+    alone = fit_samples(whole, TOPOLOGY.channels)
+    tried = TelemetryFit.from_dict(fit_samples(segments, TOPOLOGY.channels).to_dict(TOPOLOGY))
+    pooled = fit_samples(whole, TOPOLOGY.channels, prior=tried)
+    # passthrough's window alone prices a segment at about half of what it measured ...
+    assert price(alone.channels[0], 1, 7e-4, 0.0044) < 0.011
+    # ... pooled with the tried plan's shapes, within 10 % on both channels, and a whole op still within 5 %
+    assert price(pooled.channels[0], 1, 7e-4, 0.0044) == pytest.approx(0.016, rel=0.1)
+    assert price(pooled.channels[1], 1, 7e-4, 0.0044) == pytest.approx(0.017, rel=0.1)
+    assert price(pooled.channels[0], 1, 7e-4, 0.035) == pytest.approx(0.067, rel=0.05)
+    assert pooled.channels[0].motif_seconds > 4 * alone.channels[0].motif_seconds
+    # channel 1 has no samples of its own: fitted from the earlier window's, its rate around the shared fixed cost
+    assert pooled.channels[1].earlier and pooled.channels[1].shared and "rate" in pooled.channels[1].fitted
+    assert not pooled.channels[0].earlier
+    # the line keeps its own shapes first, then the earlier ones, for the window after it
+    own = {shape[:3] for shape in alone.channels[0].shapes}
+    assert {shape[:3] for shape in pooled.channels[0].shapes[:len(own)]} == own
+    assert len(pooled.channels[0].shapes) == len(own) + len(tried.channels[0].shapes)
+
+
+def test_shapes_are_bounded_and_odd_ones_are_left_out_when_read():
+    many = [Sample(0, 1, 1e-4 * (1 + k % 7), 0.001 * (1 + k), 0.002 + 0.0011 * k) for k in range(100)]
+    line = fit_line(many)
+    assert len(line.shapes) == MAX_SHAPES and line.samples == 100
+    written = line.to_dict()
+    written["shapes"] = [*written["shapes"][:3], ["x", 1, 2, 3, 4], [1, -1.0, 0.1, 0.2, 3], [1, 0, 0, 0.2, 3],
+                         [1, float("nan"), 0.1, 0.2, 3], [1, 1e-4, 0.1, 0.2, 0], "shape", [1, 2]]
+    assert Line.from_dict(written).shapes == line.shapes[:3]
+    assert Line.from_dict({**written, "shapes": "none"}).shapes == ()
+    # a fit written before lines kept shapes still fills in what a window cannot fit
+    old = {**fit_samples(shapes(random.Random(12), 100, 1), TOPOLOGY.channels).to_dict(TOPOLOGY)}
+    for entry in (*old["channels"].values(), old["host"]):
+        del entry["shapes"]
+    now = fit_samples(shapes(random.Random(13), 100, 0), TOPOLOGY.channels, prior=TelemetryFit.from_dict(old))
+    assert now.channels[1].earlier and now.channels[1].scale == pytest.approx(TRUE[1][2])
