@@ -19,6 +19,24 @@ every run:
   the job's own ranks cannot cut it short. (The service still stops a worker
   that overruns its deadline: :class:`optimizer_service.service.planning.Planner`.)
 
+* **the first plan is chosen by both readings of whole ops** — before any plan
+  ran in the cluster state, the window holds only ops the inner backend ran
+  whole, one at a time, and their shapes cannot say whether what they took
+  beyond the NIC's time is a slow rate (paid per byte, so cutting an op into
+  segments costs nothing) or per-motif and per-round time (paid again by every
+  segment). The fit takes the reading its least squares prefer; the other
+  reading is the same window fitted with every link at its calibrated rate
+  (:data:`~optimizer_service.syndicate.telemetry_fit.RATE_AS_CALIBRATED`). The
+  search prices every motif at the worse of the two
+  (:class:`~optimizer_service.syndicate.motif_cost.WorstOf`) and so chooses a
+  plan that gains under both; the prediction, and the policy's judgement of the
+  gain, stay the fit's. Why: four FSDP2 loop runs' first searches fitted 1-1.5
+  ms per motif from passthrough's window and cut every op into eight segments
+  over both channels; those plans measured 13-18 ms per motif and ran 0.77-0.87
+  s against passthrough's 0.63-0.65 s. A fifth fitted 5.6 ms, cut each op in
+  two (one part per channel) and measured 0.503 s, within 9 % of its
+  prediction. Once a plan has run in the state, its motifs are in the window
+  (or pooled from an earlier one) and the fit alone chooses.
 * **the host's cores** — the fixed costs were fitted at the window's load; a
   plan's and the running plan's predictions are taken at the load each puts on
   the cores the ranks share
@@ -42,10 +60,11 @@ from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.facade import JobPlan, plan_job
 from optimizer_service.syndicate.host_contention import Contention, contended_seconds
 from optimizer_service.syndicate.host_load import host_loads
+from optimizer_service.syndicate.motif_cost import WorstOf
 from optimizer_service.syndicate.plan_import import running_choice
 from optimizer_service.syndicate.refit import refit
 from optimizer_service.syndicate.scheduler import Policy
-from optimizer_service.syndicate.telemetry_fit import TelemetryFit, effects, fit_telemetry
+from optimizer_service.syndicate.telemetry_fit import RATE_AS_CALIBRATED, TelemetryFit, effects, fit_telemetry
 from optimizer_service.syndicate.trace_window import window_dag
 
 #: Evaluations each live search may take at most (its no-improvement rule usually stops it
@@ -80,21 +99,31 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
         running.world_size == calibrated.device_count else None
     fit = fit_telemetry(calibrated, traces, measured_plan, prior)
     topology = refit(calibrated, fit)
+    # Whole ops only (no plan ran in the window, none before it in this cluster state): the search
+    # chooses by the worse of two readings of the window, the prediction is the fit's (module docstring).
+    other = (fit_telemetry(calibrated, traces, given=RATE_AS_CALIBRATED)
+             if measured_plan is None and prior is None else None)
+    chooser = (fit.motif_cost(topology) if other is None
+               else WorstOf(fit.motif_cost(topology), other.motif_cost(refit(calibrated, other))))
     dag, measured, window = window_dag(traces, name="live")
     hosts = host_loads(traces)
     found = plan_job(dag, topology, budget=math.inf, seed=seed, clock=clock, name="live",
-                     cost=fit.motif_cost(topology), max_evaluations=evaluations, hosts=hosts)
+                     cost=chooser, max_evaluations=evaluations, hosts=hosts)
     problem = found.problem
     contention = Contention.of(hosts, measured)
 
+    def priced(changed: TelemetryFit, k: float, choice: list[int], policy: Policy,
+               framework_order: bool = False) -> float:
+        """``choice`` priced by ``changed`` with its fixed costs ``k`` times as long."""
+        if k == 1.0 and changed is fit and other is None:   # the problem's own prices, nothing re-priced
+            return problem.steady_seconds(choice, policy, framework_order)
+        topology_of = topology if changed is fit else refit(calibrated, changed)
+        return problem.steady_seconds_priced(changed.contended(k).motif_cost(topology_of), choice, policy,
+                                             framework_order)
+
     def at_load(choice: list[int], policy: Policy, framework_order: bool = False) -> tuple[float, float]:
         """The time of ``choice`` at the load it puts on the host's cores (:mod:`.host_contention`)."""
-        def price(k: float) -> float:
-            if k == 1.0:            # the fit as it is: the problem's own prices, nothing re-priced
-                return problem.steady_seconds(choice, policy, framework_order)
-            return problem.steady_seconds_priced(fit.contended(k).motif_cost(topology), choice, policy,
-                                                 framework_order)
-        return contended_seconds(price, contention)
+        return contended_seconds(lambda k: priced(fit, k, choice, policy, framework_order), contention)
 
     # Nothing planned runs every op's first option (the library's own algorithm, whole, on
     # channel 0) in the program's order: gloo's ring, not FIFO's greedy pick among P²'s programs.
@@ -106,14 +135,16 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     predicted_seconds, factor = at_load(chosen.choice, chosen.policy, chosen.framework_order)
     found = replace(found, plan=replace(found.plan, predicted_iteration_seconds=predicted_seconds))
 
-    def predicted(other: TelemetryFit) -> float:
-        return problem.steady_seconds_priced(other.contended(factor).motif_cost(refit(calibrated, other)),
-                                             chosen.choice, chosen.policy, chosen.framework_order)
+    def predicted(changed: TelemetryFit) -> float:
+        return priced(changed, factor, chosen.choice, chosen.policy, chosen.framework_order)
 
+    uncontended = priced(fit, 1.0, chosen.choice, chosen.policy, chosen.framework_order)
     described = {**fit.to_dict(calibrated), "predicted_seconds": predicted_seconds,
+                 "other_reading": None if other is None else {
+                     **other.to_dict(calibrated), "chosen_seconds": chosen.steady_seconds},
                  "effects": effects(fit, predicted) + ([] if contention is None else [
-                     {"parameter": "the host's load", "predicted_seconds_without": chosen.steady_seconds}]),
+                     {"parameter": "the host's load", "predicted_seconds_without": uncontended}]),
                  "host_contention": None if contention is None else
                  {**contention.to_dict(), "factor": factor, "busy": contention.busy(predicted_seconds),
-                  "predicted_seconds_uncontended": chosen.steady_seconds}}
+                  "predicted_seconds_uncontended": uncontended}}
     return LiveSearch(found, measured, window, running_seconds, described, predicted_seconds)

@@ -132,3 +132,25 @@ class MotifCostModel:
             return fixed + model.flows_seconds(src[None, :], dst[None, :], float(nbytes), 1)
         per_member = nbytes / ranks.shape[1] if first.kind is Collective.ALL_GATHER else nbytes
         return fixed + model.step_seconds(first.kind, ranks, per_member)
+
+
+@dataclass(frozen=True)
+class WorstOf:
+    """Two cost models of one topology's motifs; a motif (or a step of them) costs
+    the more of what the two say. The options and the topology are ``first``'s.
+    The live search prices the first plan so when its window cannot tell two
+    readings apart (:func:`optimizer_service.syndicate.live_search.live_search`)."""
+
+    first: MotifCostModel
+    second: MotifCostModel
+
+    @property
+    def topology(self) -> Topology:
+        return self.first.topology
+
+    def seconds(self, motif: Motif) -> float:
+        return self.step_seconds((motif,))
+
+    def step_seconds(self, group: tuple[Motif, ...]) -> float:
+        return max(self.first.step_seconds(group), self.second.step_seconds(group))
+

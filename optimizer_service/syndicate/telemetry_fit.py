@@ -410,15 +410,18 @@ def _clamp(value: float, low: float, high: float) -> float:
 
 def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
                 calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS,
-                prior: TelemetryFit | None = None) -> TelemetryFit:
+                prior: TelemetryFit | None = None, given: Mapping[str, float] | None = None) -> TelemetryFit:
     """Fit every channel of ``channels`` and the host to this window's samples
     pooled with what ``prior`` (an earlier window of the same cluster state) was
     fitted from; a line neither can fit takes ``prior``'s values where that
-    fitted any, and the fixed cost is shared where nothing did (module docstring)."""
+    fitted any, and the fixed cost is shared where nothing did (module docstring).
+    ``given``: terms every line takes at these values instead of fitting them
+    (:data:`RATE_AS_CALIBRATED`)."""
     before = prior.channels if prior is not None else {}
 
     def fit(own: Sequence[Sample], earlier: Line | None, fixed: Mapping[str, float] | None = None) -> Line:
-        line = fit_line(own, calibrated_motif_seconds, fixed, earlier.shapes if earlier is not None else ())
+        line = fit_line(own, calibrated_motif_seconds, {**(given or {}), **(fixed or {})} or None,
+                        earlier.shapes if earlier is not None else ())
         if earlier is None or not earlier.fitted:
             return line
         if not line.fitted:         # a prior without shapes (written before pooling), or too few of them
@@ -439,7 +442,7 @@ def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
             if "motif_seconds" in line.fitted:
                 return line
             if line.fitted:     # its other terms measured: fitted again around the shared fixed cost
-                refit = fit_line(own, calibrated_motif_seconds, {"motif_seconds": shared},
+                refit = fit_line(own, calibrated_motif_seconds, {**(given or {}), "motif_seconds": shared},
                                  earlier.shapes if earlier is not None else ())
                 if refit.fitted:
                     return replace(refit, fitted=tuple(t for t in refit.fitted if t != "motif_seconds"),
@@ -452,14 +455,20 @@ def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
 
 
 def fit_telemetry(topology: Topology, traces: Sequence[Mapping], plan: Plan | None = None,
-                  prior: TelemetryFit | None = None) -> TelemetryFit:
+                  prior: TelemetryFit | None = None, given: Mapping[str, float] | None = None) -> TelemetryFit:
     """The fit of ``topology``'s channels and host to a trace window: the running
     ``plan``'s motif records (if one runs) and every op the inner backend ran whole;
-    ``prior``: the fit of an earlier window of the same cluster state (:func:`fit_samples`)."""
+    ``prior``: the fit of an earlier window of the same cluster state; ``given``:
+    terms not fitted (:func:`fit_samples`)."""
     samples = passthrough_samples(topology, traces)
     if plan is not None and plan.ops:
         samples += motif_samples(topology, plan, traces)
-    return fit_samples(samples, topology.channels, prior=prior)
+    return fit_samples(samples, topology.channels, prior=prior, given=given)
+
+
+#: The other reading of a window of whole ops (:func:`optimizer_service.syndicate.live_search.live_search`):
+#: every link at its calibrated rate, all that the window measured beyond it per motif.
+RATE_AS_CALIBRATED = {"rate": 1.0}
 
 
 def effects(fit: TelemetryFit, price: Callable[[TelemetryFit], float]) -> list[dict]:

@@ -19,6 +19,7 @@ from optimizer_service.syndicate.facade import plan_job
 from optimizer_service.syndicate.live_search import live_search
 from optimizer_service.syndicate.motif_cost import MotifCostModel
 from optimizer_service.syndicate.scheduler import Policy
+from optimizer_service.syndicate.telemetry_fit import TelemetryFit
 from optimizer_service.syndicate.trace_dag import dag_from_traces, trace_iteration_seconds
 from optimizer_service.syndicate.trace_window import window_dag
 from optimizer_service.syndicate.transforms import spline_ring
@@ -78,7 +79,26 @@ def test_the_first_search_prices_passthrough_as_this_host_measures_it():
     assert default < 0.75 * live.measured_seconds              # the calibrated model misses a quarter and more
     effects = {e["parameter"]: e["predicted_seconds_without"] for e in live.fit["effects"]}
     assert set(effects) >= {"channel 0 motif_seconds", "channel 0 latency", "channel 0 rate"}
-    assert all(without < live.fit["predicted_seconds"] for without in effects.values())
+    # every fitted value is a cost: back at its calibrated value, the chosen plan would be predicted faster
+    # (or as fast, where the plan runs nothing it prices)
+    assert all(without <= live.fit["predicted_seconds"] for without in effects.values())
+    assert any(without < live.fit["predicted_seconds"] for without in effects.values())
+
+
+def test_the_first_search_chooses_by_the_worse_reading_of_whole_ops_and_predicts_with_the_fit():
+    traces = passthrough_traces([0.02] * 8)
+    first = live_search(traces, TOPOLOGY)
+    other = first.fit["other_reading"]
+    # the other reading: every link at its calibrated rate, all the window measured beyond it per motif and round
+    assert other is not None and all(entry["scale"] == 1.0 for entry in other["channels"].values())
+    assert first.fit["channels"]["0"]["scale"] > 1.0
+    # the chosen plan costs more under the worse of both readings than under the fit, which predicts it
+    assert first.fit["host_contention"] is None             # no CPU records: the prediction is the fit's own
+    assert other["chosen_seconds"] >= first.predicted_seconds
+    assert first.found.plan.predicted_iteration_seconds == first.predicted_seconds
+    # once the cluster state has a fit (pooled from here on) or a plan ran in the window, the fit alone chooses
+    prior = TelemetryFit.from_dict(first.fit)
+    assert live_search(traces, TOPOLOGY, prior=prior).fit["other_reading"] is None
 
 
 def test_the_same_traces_give_the_same_plan_under_an_artificially_slow_clock():
