@@ -30,13 +30,14 @@ every run:
   search prices every motif at the worse of the two
   (:class:`~optimizer_service.syndicate.motif_cost.WorstOf`) and so chooses a
   plan that gains under both; the prediction, and the policy's judgement of the
-  gain, stay the fit's. Why: four FSDP2 loop runs' first searches fitted 1-1.5
-  ms per motif from passthrough's window and cut every op into eight segments
-  over both channels; those plans measured 13-18 ms per motif and ran 0.77-0.87
-  s against passthrough's 0.63-0.65 s. A fifth fitted 5.6 ms, cut each op in
-  two (one part per channel) and measured 0.503 s, within 9 % of its
-  prediction. Once a plan has run in the state, its motifs are in the window
-  (or pooled from an earlier one) and the fit alone chooses.
+  gain, stay the fit's. Why: two FSDP2 loop runs' first searches fitted about
+  1 ms per motif (0.97 and 1.51 ms) from passthrough's window and cut every op
+  into eight segments over both channels; those plans measured 16-18 ms per
+  motif and ran 0.79-0.87 s against passthrough's 0.64-0.65 s. A third fitted
+  5.6 ms, cut each op in two (one part per channel) and ran 0.505 s, predicted
+  9 % low; with this rule, a fourth, on a 0.99 ms fit, cut each
+  op in two and ran 0.497 s. Once a plan has run in the state, its motifs are
+  in the window (or pooled from an earlier one) and the fit alone chooses.
 * **the host's cores** — the fixed costs were fitted at the window's load; a
   plan's and the running plan's predictions are taken at the load each puts on
   the cores the ranks share

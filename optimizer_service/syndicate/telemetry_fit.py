@@ -83,8 +83,8 @@ keeps the shapes it was fitted from (``shapes``: its own first, at most
 each weighted by its count. Why: passthrough runs every op whole, one at a
 time, so its window's shapes cannot tell a motif's fixed cost from a ring's
 slow rounds; the FSDP2 loop's first plan, eight segments of every op on two
-channels, measured 13-18 ms per motif where passthrough's window had fitted
-1-1.5 ms, and was rolled back; the search after it fitted passthrough's next
+channels, measured 16 ms per motif where passthrough's window had fitted
+1 ms, and was rolled back; the search after it fitted passthrough's next
 window alone, priced the segments at 1 ms again and committed a plan 45 %
 slower than passthrough. Pooled, the rolled-back plan's segments keep
 counting until the cluster state changes.
