@@ -153,4 +153,3 @@ class WorstOf:
 
     def step_seconds(self, group: tuple[Motif, ...]) -> float:
         return max(self.first.step_seconds(group), self.second.step_seconds(group))
-

@@ -173,7 +173,7 @@ class Line:
     earlier: bool = False
     #: what the line was fitted from, for the next window to fit with: (motifs, latency, transfer,
     #: measured, count) per shape, the medians of its samples (module docstring, "Pooling")
-    shapes: tuple[tuple[int, float, float, float, int], ...] = ()
+    shapes: tuple[Shape, ...] = ()
 
     @property
     def how(self) -> str:
@@ -418,10 +418,14 @@ def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
     ``given``: terms every line takes at these values instead of fitting them
     (:data:`RATE_AS_CALIBRATED`)."""
     before = prior.channels if prior is not None else {}
+    before_host = prior.host if prior is not None else None
 
-    def fit(own: Sequence[Sample], earlier: Line | None, fixed: Mapping[str, float] | None = None) -> Line:
-        line = fit_line(own, calibrated_motif_seconds, {**(given or {}), **(fixed or {})} or None,
+    def pooled(own: Sequence[Sample], earlier: Line | None, fixed: Mapping[str, float] | None = None) -> Line:
+        return fit_line(own, calibrated_motif_seconds, {**(given or {}), **(fixed or {})} or None,
                         earlier.shapes if earlier is not None else ())
+
+    def fit(own: Sequence[Sample], earlier: Line | None) -> Line:
+        line = pooled(own, earlier)
         if earlier is None or not earlier.fitted:
             return line
         if not line.fitted:         # a prior without shapes (written before pooling), or too few of them
@@ -433,7 +437,7 @@ def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
     own = {c: [s for s in samples if s.channel == c] for c in channels}
     host_own = [s for s in samples if s.channel is None]
     lines = {c: fit(own[c], before.get(c)) for c in channels}
-    host = fit(host_own, prior.host if prior is not None else None)
+    host = fit(host_own, before_host)
     fitted = [line.motif_seconds for line in (*lines.values(), host) if "motif_seconds" in line.fitted]
     if fitted:
         shared = statistics.median(fitted)
@@ -442,15 +446,14 @@ def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
             if "motif_seconds" in line.fitted:
                 return line
             if line.fitted:     # its other terms measured: fitted again around the shared fixed cost
-                refit = fit_line(own, calibrated_motif_seconds, {**(given or {}), "motif_seconds": shared},
-                                 earlier.shapes if earlier is not None else ())
+                refit = pooled(own, earlier, {"motif_seconds": shared})
                 if refit.fitted:
                     return replace(refit, fitted=tuple(t for t in refit.fitted if t != "motif_seconds"),
                                    shared=True, earlier=line.earlier)
             return replace(line, motif_seconds=shared, shared=True)
 
         lines = {c: share(line, own[c], before.get(c)) for c, line in lines.items()}
-        host = share(host, host_own, prior.host if prior is not None else None)
+        host = share(host, host_own, before_host)
     return TelemetryFit(lines, host, calibrated_motif_seconds)
 
 
