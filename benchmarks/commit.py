@@ -144,11 +144,11 @@ def real_rank(last_version: int, pause: float) -> dict:
         iteration += 1
         time.sleep(pause)
         if iteration % REAL_SWITCH_EVERY == 1:
-            done = torch.tensor([1 if link.state.running >= last_version else 0])
+            done = torch.tensor([1 if link.session.running >= last_version else 0])
             dist.all_reduce(done, op=dist.ReduceOp.MIN, group=plain)
             if done.item():
                 break
-    return {"iterations": iteration, "switches": len(enforcer.trace()["switches"]), "running": link.state.running}
+    return {"iterations": iteration, "switches": len(enforcer.trace()["switches"]), "running": link.session.running}
 
 
 async def real_commits(address: str, world: int, count: int, pause: float) -> dict:

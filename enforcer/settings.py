@@ -18,8 +18,10 @@ naming the variable (the backend then keeps its defaults and logs it).
                        inner backend of ``P2_INNER_BACKEND``
 ``P2_ENFORCER_IMPL``   ``cpp`` (the C++ backend, default when it is built) or
                        ``python`` (the Python process group)
-``P2_SERVICE``         the optimizer service's ``host:port``: each rank links to it
-                       (:mod:`enforcer.link.link`); unset, nothing changes
+``P2_SERVICE``         the optimizer service's ``host:port``, or several
+                       comma-separated (a leader and its standbys): each rank
+                       links to the leader (:mod:`enforcer.link.link`); unset,
+                       nothing changes
 ``P2_TOKEN``           its bearer token (``P2_TOKEN_FILE``: a file holding it,
                        read when the link starts; the file wins)
 ``P2_TLS_CA``          talk TLS, trusting this CA (PEM); ``P2_TLS_CERT`` and
@@ -41,6 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from optimizer_service.plan import InvalidInputError
+from optimizer_service.wire.leader import parse_addresses
 
 DEFAULT_TRACE_LIMIT = 200_000
 DEFAULT_SWITCH_EVERY = 10
@@ -76,8 +79,8 @@ class EnforcerSettings:
         if bypass not in ("0", "1"):
             raise InvalidInputError(f"P2_COUNT_BYPASS={bypass!r} must be 0 or 1")
         service = env.get("P2_SERVICE", "").strip() or None
-        if service is not None and ":" not in service:
-            raise InvalidInputError(f"P2_SERVICE={service!r} must be HOST:PORT (the optimizer service's address)")
+        if service is not None:
+            service = ",".join(parse_addresses(service, "P2_SERVICE"))
         tls_cert, tls_key = env.get("P2_TLS_CERT") or None, env.get("P2_TLS_KEY") or None
         if bool(tls_cert) != bool(tls_key):
             raise InvalidInputError("P2_TLS_CERT and P2_TLS_KEY go together (the rank's certificate and its key)")

@@ -39,7 +39,10 @@ class Settings(BaseSettings):
                          "'p2 jobs', 'p2 plan' and the enforcers")
     token: str | None = Field(None, description="bearer token for the service (P2_TOKEN_FILE is preferred: "
                               "an environment variable is visible to other processes of the user)")
-    token_file: Path | None = Field(None, description="file holding the service's bearer token")
+    token_file: Path | None = Field(None, description="file holding the service's bearer token ('p2 serve' "
+                                    "re-reads it when it changes; ranks on every reconnect)")
+    token_grace_seconds: float = Field(300.0, ge=0, le=86_400, description="how long 'p2 serve' still accepts "
+                                       "the previous token after its token file changed")
     store: str | None = Field(None, description="the service's store: sqlite:///PATH (default: "
                               "STATE_DIR/service.db) or redis://[:password@]host:port/db")
     state_dir: Path | None = Field(None, description="where the service keeps its SQLite store (default "
@@ -60,6 +63,15 @@ class Settings(BaseSettings):
                                      "while the service waits on it (the next request, more body, reading)")
     dashboard_public: bool = Field(True, description="the dashboard's pages, /api/ reads and /metrics need no "
                                    "token (P2_DASHBOARD_PUBLIC=0: they need the service's token too)")
+    advertise: str | None = Field(None, description="the HOST:PORT other services name to clients when this "
+                                  "'p2 serve' leads (default: the --listen host, or this machine's name when it "
+                                  "listens on every interface, and the bound port); unique per service")
+    lease_seconds: float = Field(15.0, gt=0, le=3600, description="how long the leadership lease on a Redis "
+                                 "store lives after its last renewal (a standby takes over then)")
+    lease_renew_seconds: float = Field(2.0, gt=0, le=3600, description="how often the leader renews its lease "
+                                       "and a standby tries to take it")
+    lease_give_up_seconds: float = Field(10.0, gt=0, le=3600, description="how long a leader goes on without a "
+                                         "successful renewal before it stops (below P2_LEASE_SECONDS)")
     dashboard_hosts: str | None = Field(None, description="more Host names the dashboard answers to, besides the "
                                         "address it binds and the loopback names (comma-separated NAME or "
                                         "NAME:PORT; '*' for any, e.g. behind a proxy that checks them); other "

@@ -16,10 +16,18 @@ never waits for it.
 
 **A service that is down, slow or refuses the rank costs nothing but a log
 line**: one per outage (not per retry); the stream reconnects with backoff —
-0.5 s doubling to 30 s, with jitter (:func:`backoff`). Each attempt opens a
+0.5 s doubling to 30 s, with jitter (:func:`backoff`). With several addresses
+(``P2_SERVICE=a:50051,b:50051``: a leader and its standbys) it tries them in
+turn and goes at once to the leader a standby names
+(:class:`~optimizer_service.wire.leader.Targets`). The backoff grows only when
+a whole round of addresses failed with no service answering; while a standby
+answers (a leader's lease is passing to it), a round is tried again every
+:data:`STANDBY_ROUND` seconds, so ranks re-register within a second of a new
+leader taking over. Each attempt opens a
 fresh channel, so gRPC's own reconnect backoff (up to minutes) does not
-stretch ours. The token and the TLS credentials are read once, from the files
-the settings name, through the contract :mod:`optimizer_service.wire`.
+stretch ours. The TLS credentials are read once, the token file on every
+stream (so a rotated token is taken at the next reconnect; a file that cannot be
+read then keeps the last token), through the contract :mod:`optimizer_service.wire`.
 
 Threads: the stream thread (opens streams, reads the service's messages, hands
 them to the peer), gRPC's request consumer (drains :meth:`Stream._requests`).
@@ -40,6 +48,7 @@ from enforcer.link.identity import RankIdentity
 from enforcer.settings import EnforcerSettings
 from optimizer_service.wire.channel import RANK_OPTIONS, open_channel
 from optimizer_service.wire.credentials import VARIABLE_NAMES, AuthSetupError, bearer, channel_credentials, read_token
+from optimizer_service.wire.leader import Targets, from_standby, parse_addresses
 from p2.v1 import enforcer_link_pb2 as link_pb2
 from p2.v1 import enforcer_link_pb2_grpc
 
@@ -49,6 +58,8 @@ BACKOFF_FIRST = 0.5             # seconds before the first reconnect ...
 BACKOFF_MAX = 30.0              # ... doubling up to this
 TELEMETRY_QUEUE = 64            # iterations of telemetry kept while the stream is slow or down
 HISTORY = 256                   # messages in and out the stream remembers
+NEXT_ADDRESS = 0.2              # seconds before trying the next of several addresses, or a named leader
+STANDBY_ROUND = 1.0             # seconds between rounds while a standby answers
 
 
 def backoff(attempt: int, rng: Callable[[], float] = random.random) -> float:
@@ -102,6 +113,7 @@ class Stream:
         self._call = None
         self._thread: threading.Thread | None = None
         self._out = False                                # an outage was logged and has not ended
+        self.targets = Targets(parse_addresses(settings.service or "", "P2_SERVICE"))
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> Stream:
@@ -170,25 +182,35 @@ class Stream:
             return
         log.info("p2enforcer: rank %d links to the optimizer service at %s as job %s (plans switch every %d "
                  "iterations)", self.rank, self.settings.service, self.identity.job, self.identity.switch_every)
-        attempt = 0
+        attempt, tried, standby = 0, 0, False
         while not self._closed.is_set():
             self.attempts += 1
-            why, registered = self._one_stream(credentials, metadata)
+            target = self.targets.current
+            metadata = self._metadata(metadata)
+            why, registered, error = self._one_stream(credentials, metadata)
             if self._closed.is_set():
                 return
             if registered:
-                attempt = 0
+                attempt, tried, standby = 0, 0, False
+            standby = standby or from_standby(error)
             if not self._out:
                 self._out = True
                 log.warning("p2enforcer: rank %d %s the optimizer service at %s (%s); training goes on with "
                             "plan v%d, reconnecting in the background", self.rank,
-                            "lost" if registered else "cannot reach", self.settings.service, why,
-                            self.peer.running())
+                            "lost" if registered else "cannot reach", target, why, self.peer.running())
             else:
                 log.debug("p2enforcer: rank %d: attempt %d to reach %s failed: %s", self.rank,
-                          self.attempts, self.settings.service, why)
-            self._closed.wait(backoff(attempt, self._rng))
-            attempt += 1
+                          self.attempts, target, why)
+            tried += 1
+            if self.targets.failed(error) or tried < len(self.targets.addresses):
+                self._closed.wait(NEXT_ADDRESS)         # a named leader, or the round's next address
+                continue
+            if standby:                                 # a service is there: the lease passes within seconds
+                self._closed.wait(STANDBY_ROUND)
+            else:
+                self._closed.wait(backoff(attempt, self._rng))
+                attempt += 1
+            tried, standby = 0, False
 
     def _connection_setup(self) -> tuple[grpc.ChannelCredentials | None, list[tuple[str, str]]]:
         """TLS credentials (None: plaintext) and the call metadata, from the files named in the settings
@@ -198,9 +220,20 @@ class Stream:
         credentials = channel_credentials(settings.tls_ca, settings.tls_cert, settings.tls_key, VARIABLE_NAMES)
         return credentials, bearer(token)
 
-    def _one_stream(self, credentials, metadata) -> tuple[str, bool]:
-        """Open a stream and serve it until it ends: why it ended, and whether it registered."""
-        channel = open_channel(self.settings.service, credentials, RANK_OPTIONS)
+    def _metadata(self, last: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The call metadata with the token file's token as it is now (``last`` if it cannot be read)."""
+        if not self.settings.token_file:
+            return last
+        try:
+            return bearer(read_token(self.settings.token_file, VARIABLE_NAMES))
+        except AuthSetupError as error:
+            log.debug("p2enforcer: rank %d keeps its token: %s", self.rank, error)
+            return last
+
+    def _one_stream(self, credentials, metadata) -> tuple[str, bool, grpc.RpcError | None]:
+        """Open a stream to the current target and serve it until it ends: why it ended, whether it
+        registered, and the error that ended it (a standby's names the leader)."""
+        channel = open_channel(self.targets.current, credentials, RANK_OPTIONS)
         registered = False
         try:
             with self._cond:
@@ -215,13 +248,13 @@ class Stream:
             try:
                 for message in call:
                     registered = self._receive(message) or registered
-                return "the service ended the stream", registered
+                return "the service ended the stream", registered, None
             except grpc.RpcError as error:
-                return _one_line(error), registered
+                return _one_line(error), registered, error
             except Exception as error:  # noqa: BLE001 — a bug here must not end the stream thread
                 log.exception("p2enforcer: rank %d: handling a message from the service failed", self.rank)
                 call.cancel()
-                return f"{type(error).__name__}: {error}".splitlines()[0], registered
+                return f"{type(error).__name__}: {error}".splitlines()[0], registered, None
         finally:
             self._call = None
             self.connected = False
@@ -240,11 +273,11 @@ class Stream:
         self.connected = True
         if self._out:
             self._out = False
-            log.warning("p2enforcer: rank %d reconnected to the optimizer service at %s", self.rank,
-                        self.settings.service)
+            log.warning("p2enforcer: rank %d reconnected to the optimizer service at %s (epoch %d)", self.rank,
+                        self.targets.current, registered.epoch)
         else:
             log.info("p2enforcer: rank %d registered with the optimizer service at %s (epoch %d)",
-                     self.rank, self.settings.service, registered.epoch)
+                     self.rank, self.targets.current, registered.epoch)
         return True
 
 

@@ -2,7 +2,9 @@
 gRPC errors as one line.
 
 The address is ``--service`` (default ``P2_SERVICE``, else
-``127.0.0.1:50051``), the token ``--token-file`` (default ``P2_TOKEN_FILE``,
+``127.0.0.1:50051``): one ``HOST:PORT`` or several, comma-separated, of which
+the client finds the leader (a standby names it; an address that refuses the
+connection is skipped). The token is ``--token-file`` (default ``P2_TOKEN_FILE``,
 else ``P2_TOKEN``). A refusal the user can fix (bad argument, no such job or
 plan, a plan the job cannot take now, a wrong token) exits 2; an unreachable
 service exits 1; both with one line.
@@ -20,6 +22,7 @@ from optimizer_service.errors import InvalidInputError, JobFailedError
 from optimizer_service.settings import Settings
 from optimizer_service.wire.channel import open_channel
 from optimizer_service.wire.credentials import bearer, channel_credentials
+from optimizer_service.wire.leader import Targets, leader_hint, parse_addresses
 from p2.v1 import optimizer_pb2_grpc
 
 USER_ERRORS = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.FAILED_PRECONDITION,
@@ -38,7 +41,8 @@ class ServiceUnreachableError(JobFailedError):
 def service_options(command):
     """The options every client verb takes."""
     options = [
-        click.option("--service", metavar="HOST:PORT", help="The service (default: P2_SERVICE, else 127.0.0.1:50051)."),
+        click.option("--service", metavar="HOST:PORT[,...]", help="The service, or several: the leader is found "
+                     "(default: P2_SERVICE, else 127.0.0.1:50051)."),
         click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
                      help="File with the bearer token (default: P2_TOKEN_FILE, else P2_TOKEN)."),
         click.option("--tls-ca", type=click.Path(exists=True, dir_okay=False),
@@ -54,19 +58,47 @@ def service_options(command):
     return command
 
 
+#: Words of an UNAVAILABLE answer that say the call did nothing there: a standby's refusal, or no connection.
+NOT_DELIVERED = ("standby", "failed to connect", "connection refused", "name resolution", "dns resolution")
+
+
 @dataclass
 class Client:
-    address: str
+    targets: Targets
     stub: optimizer_pb2_grpc.OptimizerStub
     channel: grpc.Channel
     metadata: list[tuple[str, str]]
     timeout: float
+    credentials: grpc.ChannelCredentials | None = None
+
+    @property
+    def address(self) -> str:
+        return self.targets.current
 
     def call(self, method: str, request):
-        try:
-            return getattr(self.stub, method)(request, metadata=self.metadata, timeout=self.timeout)
-        except grpc.RpcError as error:
-            raise self.explain(error) from None
+        """One call, at the leader: a standby's refusal or a refused connection moves on to the
+        named leader or the next address (a call that may have reached a service is not repeated)."""
+        tries = len(self.targets.addresses) + 1
+        while True:
+            try:
+                return getattr(self.stub, method)(request, metadata=self.metadata, timeout=self.timeout)
+            except grpc.RpcError as error:
+                tries -= 1
+                if tries == 0 or not self._elsewhere(error):
+                    raise self.explain(error) from None
+                self.targets.failed(error)
+                self.channel.close()
+                self.channel = open_channel(self.targets.current, self.credentials)
+                self.stub = optimizer_pb2_grpc.OptimizerStub(self.channel)
+
+    def _elsewhere(self, error: grpc.RpcError) -> bool:
+        """Whether another address may answer what this one did not, the call not having run here."""
+        if error.code() is not grpc.StatusCode.UNAVAILABLE:
+            return False
+        if leader_hint(error) is not None:
+            return True
+        details = (error.details() or "").lower()
+        return self.targets.several and any(words in details for words in NOT_DELIVERED)
 
     def explain(self, error: grpc.RpcError) -> Exception:
         code, details = error.code(), " ".join((error.details() or "").split())
@@ -86,7 +118,8 @@ class Client:
 
 def connect(settings: Settings, service: str | None, token_file: Path | None, tls_ca: str | None,
             tls_cert: str | None, tls_key: str | None, timeout: float) -> Client:
-    address = service or settings.service
-    channel = open_channel(address, channel_credentials(tls_ca, tls_cert, tls_key))
-    return Client(address, optimizer_pb2_grpc.OptimizerStub(channel), channel,
-                  bearer(settings.service_token(token_file)), timeout)
+    targets = Targets(parse_addresses(service or settings.service, "--service" if service else "P2_SERVICE"))
+    credentials = channel_credentials(tls_ca, tls_cert, tls_key)
+    channel = open_channel(targets.current, credentials)
+    return Client(targets, optimizer_pb2_grpc.OptimizerStub(channel), channel,
+                  bearer(settings.service_token(token_file)), timeout, credentials)

@@ -31,6 +31,7 @@ from optimizer_service.errors import InvalidInputError, JobFailedError
 from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_to_proto
 from optimizer_service.service.http_server import HttpLimits
+from optimizer_service.service.leadership import LeaseTiming
 from optimizer_service.service.log_limits import limit_handler, limit_logger
 from optimizer_service.service.replanning import ReplanConfig
 from optimizer_service.service.requests import DEFAULT_DECISIONS, MAX_DECISIONS, MAX_PAGE
@@ -39,6 +40,7 @@ from optimizer_service.service.server import serve as run_service
 from optimizer_service.service.store.base import StoreError
 from optimizer_service.service.store.url import default_store_path
 from optimizer_service.settings import DEFAULT_HTTP, Settings
+from optimizer_service.wire.leader import parse_addresses
 from p2.v1 import optimizer_pb2 as api
 
 
@@ -49,13 +51,17 @@ from p2.v1 import optimizer_pb2 as api
 @click.option("--store", "store_url", metavar="URL", help="sqlite:///PATH or redis://[:password@]host:port/db "
               "(default: P2_STORE, else SQLite in the state folder).")
 @click.option("--token-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Require this bearer token on every call (default: P2_TOKEN_FILE, else P2_TOKEN; none: no token).")
+              help="Require this bearer token on every call (default: P2_TOKEN_FILE, else P2_TOKEN; none: no token); "
+              "re-read when it changes, the previous token accepted for P2_TOKEN_GRACE_SECONDS (300).")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), help="Serve TLS with this certificate (PEM).")
 @click.option("--tls-key", type=click.Path(dir_okay=False), help="Its private key (PEM).")
 @click.option("--tls-ca", type=click.Path(dir_okay=False), help="Require client certificates signed by this CA "
               "(mutual TLS).")
+@click.option("--advertise", metavar="HOST:PORT", help="The address clients reach this service at, which "
+              "standbys name when it leads (default: P2_ADVERTISE, else the --listen host, or this machine's name "
+              "on 0.0.0.0, and the bound port).")
 @click.option("--port-file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Write the bound port here once the service answers (for scripts with --listen HOST:0).")
+              help="Write the bound port here once the service leads (for scripts with --listen HOST:0).")
 @click.option("--http", "http", metavar="HOST:PORT|off",
               help="Serve the dashboard, its JSON API and /metrics here (default: P2_HTTP, else 127.0.0.1:8080; "
               "port 0 picks a free one; 'off' for none).")
@@ -75,7 +81,7 @@ from p2.v1 import optimizer_pb2 as api
               "(names and defaults: 'p2 serve --policy help').")
 @click.pass_obj
 def serve(settings: Settings, listen: str, store_url: str | None, token_file: Path | None, tls_cert: str | None,
-          tls_key: str | None, tls_ca: str | None, port_file: Path | None, http: str | None,
+          tls_key: str | None, tls_ca: str | None, advertise: str | None, port_file: Path | None, http: str | None,
           http_port_file: Path | None, http_fd: int | None, replan: bool, topology: str | None, search_budget: float,
           policy_items: tuple[str, ...]) -> None:
     """Run the optimizer service: jobs register, plans are committed to their
@@ -85,6 +91,13 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
     \b
     The dashboard (jobs, plans, topology, the P² explorer; its API at
     /docs) and Prometheus' /metrics are served on --http by the same process.
+
+    \b
+    Several services on one Redis store elect a leader with a lease in the
+    store; the others wait as standbys (their health check NOT_SERVING, every
+    other call refused with UNAVAILABLE naming the leader) and one takes over
+    when the leader stops (P2_LEASE_SECONDS, 15 s). On SQLite one service per
+    file: a second is refused.
 
     \b
     Example:
@@ -97,7 +110,8 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
     state_dir = settings.state_dir
     default = state_dir / "service.db" if state_dir else default_store_path(os.environ, Path.home())
     config = ServiceConfig(listen=listen, store_url=store_url or settings.store, default_store_path=default,
-                           token=settings.service_token(token_file), tls_cert=tls_cert, tls_key=tls_key,
+                           token=settings.service_token(token_file), token_file=token_file or settings.token_file,
+                           token_grace=settings.token_grace_seconds, tls_cert=tls_cert, tls_key=tls_key,
                            tls_ca=tls_ca, timing=Timing(vote_timeout=settings.vote_timeout),
                            crash_at=settings.crash_at,
                            replan=ReplanConfig(enabled=replan, policy=policy_config(policy_items),
@@ -109,7 +123,10 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
                                                   header_timeout=settings.http_header_timeout,
                                                   idle_timeout=settings.http_idle_timeout),
                            dashboard_hosts=settings.dashboard_host_list(),
-                           limits=settings.limits(), max_jobs=settings.max_jobs)
+                           limits=settings.limits(), max_jobs=settings.max_jobs,
+                           advertise=_advertise(advertise or settings.advertise),
+                           lease=LeaseTiming(ttl=settings.lease_seconds, renew=settings.lease_renew_seconds,
+                                             give_up=settings.lease_give_up_seconds))
     logging.getLogger("p2.service").setLevel(logging.INFO)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(message)s", "%H:%M:%S"))
@@ -138,6 +155,16 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
         raise                           # a bad URL or address: exit 2
     except StoreError as error:         # the store is down, or a newer service took it over: exit 1
         raise JobFailedError(str(error)) from None
+
+
+def _advertise(address: str | None) -> str | None:
+    """--advertise / P2_ADVERTISE, checked: one HOST:PORT."""
+    if address is None or not address.strip():
+        return None
+    found = parse_addresses(address, "--advertise")
+    if len(found) != 1:
+        raise InvalidInputError(f"--advertise={address!r} names {len(found)} addresses; give this service's one")
+    return found[0]
 
 
 # ------------------------------------------------------------------- jobs

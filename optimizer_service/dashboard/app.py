@@ -38,6 +38,7 @@ from optimizer_service.service.errors_map import status_of
 from optimizer_service.service.explore import Limits
 from optimizer_service.service.requests import RequestError
 from optimizer_service.service.store.base import StoreError
+from optimizer_service.service.token_source import TokenSource
 
 log = logging.getLogger("p2.service")
 STATIC = Path(__file__).resolve().parent / "static"
@@ -48,6 +49,7 @@ VENDOR = STATIC / "vendor"
 @dataclass(frozen=True)
 class DashboardConfig:
     token: str | None = None        # the service's token: mutations need it (none: the dashboard is read-only)
+    tokens: TokenSource | None = None   # the same, rotated from its file (p2 serve); None: ``token`` as given
     public: bool = True             # reads without the token (P2_DASHBOARD_PUBLIC)
     limits: Limits = Limits()       # the P² explorer's bounds (Settings.limits())
     #: The Host names (``NAME`` or ``NAME:PORT``; ``*``: any) the dashboard answers to; a browser's
@@ -68,7 +70,8 @@ def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig()) -
                   description="Jobs, plans, telemetry and the P² explorer of one optimizer service. "
                   "Mutations need the service's token as 'Authorization: Bearer TOKEN'.")
     app.state.core = core
-    app.state.access = Access(config.token, config.public, HostAllowlist(config.allowed_hosts), SessionStore())
+    app.state.access = Access(config.token, config.public, HostAllowlist(config.allowed_hosts), SessionStore(),
+                              config.tokens)
     app.state.login_limiter = LoginLimiter(config.login_rate)
     app.state.offloader = Offloader(deadline=config.deadline_seconds)
     app.state.tls = config.tls

@@ -25,6 +25,7 @@ from fastapi import Request
 
 from optimizer_service.dashboard.hosts import HostAllowlist
 from optimizer_service.dashboard.sessions import COOKIE, CSRF_HEADER, Session, SessionStore, csrf_matches
+from optimizer_service.service.token_source import TokenSource
 
 __all__ = ["COOKIE", "CSRF_HEADER", "Access", "AuthError", "bearer"]
 
@@ -44,11 +45,15 @@ class Access:
     public: bool = True
     hosts: HostAllowlist = field(default_factory=lambda: HostAllowlist(("*",)))
     sessions: SessionStore = field(default_factory=SessionStore)
+    tokens: TokenSource | None = None       # the token as rotated from its file (its previous one in grace)
 
     def matches(self, given: str | None) -> bool:
         """``given`` is the service's token (compared in constant time; never true without a token)."""
-        return self.token is not None and given is not None and hmac.compare_digest(
-            given.encode("utf-8", "replace"), self.token.encode())
+        if self.token is None or given is None:
+            return False
+        if self.tokens is not None:
+            return self.tokens.accepts(given)
+        return hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode())
 
     def session(self, request: Request) -> Session | None:
         """The request's login session (none without a token: there is nothing to log in with)."""

@@ -15,13 +15,13 @@ are the service's: the shortest token it accepts, which calls need one.
 
 from __future__ import annotations
 
-import hmac
 from pathlib import Path
 
 import grpc
 
+from optimizer_service.service.token_source import TokenSource
 from optimizer_service.wire import credentials
-from optimizer_service.wire.credentials import METADATA_KEY, OPTION_NAMES, AuthSetupError, authorization, read_file
+from optimizer_service.wire.credentials import METADATA_KEY, OPTION_NAMES, AuthSetupError, read_file
 
 HEALTH_PREFIX = "/grpc.health.v1.Health/"
 
@@ -57,25 +57,28 @@ def server_credentials(cert: str | None, key: str | None, ca: str | None) -> grp
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):
-    """Refuses every call without the service's bearer token, except health checks."""
+    """Refuses every call without the service's bearer token (current, or previous within its
+    grace after a rotation: :mod:`.token_source`), except health checks."""
 
-    def __init__(self, token: str) -> None:
-        self._expected = authorization(token).encode()
+    def __init__(self, tokens: TokenSource) -> None:
+        self._tokens = tokens
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         if handler is None or handler_call_details.method.startswith(HEALTH_PREFIX):
             return handler
         given = dict(handler_call_details.invocation_metadata or ()).get(METADATA_KEY, "")
-        if hmac.compare_digest(given.encode(), self._expected):
+        scheme, _, token = given.partition(" ")
+        if scheme == "Bearer" and self._tokens.accepts(token):
             return handler
         reason = ("missing bearer token: pass --token-file or set P2_TOKEN / P2_TOKEN_FILE" if not given
                   else "wrong bearer token")
-        return _refusal(handler, reason)
+        return refusal(handler, grpc.StatusCode.UNAUTHENTICATED, reason)
 
 
-def _refusal(handler: grpc.RpcMethodHandler, reason: str) -> grpc.RpcMethodHandler:
-    """A handler that answers UNAUTHENTICATED without reading the request.
+def refusal(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, reason: str,
+            trailing_metadata: tuple[tuple[str, str], ...] = ()) -> grpc.RpcMethodHandler:
+    """A handler that answers ``code`` without reading the request.
 
     It is request-streaming whatever the method is (one message on the wire is
     the same either way): grpc reads a streaming request only when the handler
@@ -83,10 +86,10 @@ def _refusal(handler: grpc.RpcMethodHandler, reason: str) -> grpc.RpcMethodHandl
     nor decoded (a unary handler would have it read and decoded first, and a
     decode error would answer UNKNOWN with a traceback logged)."""
     async def refuse(request_iterator, context):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
+        await context.abort(code, reason, trailing_metadata)
 
     async def refuse_stream(request_iterator, context):
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, reason)
+        await context.abort(code, reason, trailing_metadata)
         yield  # pragma: no cover - an async generator that never yields
 
     if handler.response_streaming:

@@ -100,9 +100,10 @@ class ServiceCore:
         return self.driver.fenced_by
 
     # ------------------------------------------------------------- lifecycle
-    async def start(self) -> None:
+    async def start(self, epoch: int | None = None) -> None:
+        """Open the store and recover its jobs, deciding with ``epoch`` (None: the store's next)."""
         await self.worker.open()
-        await self.driver.start()
+        await self.driver.start(epoch)
         for job in self.jobs.values():
             decisions = await self.worker.run(self.store.recent_events, job.job_id, RECOVERED_DECISIONS)
             job.latest_search = next((d for d in reversed(decisions) if d.get("kind") == SEARCHED), None)

@@ -66,10 +66,11 @@ class CoordinatorDriver:
         self.fenced_by: StoreFencedError | None = None
 
     # ------------------------------------------------------------- start
-    async def start(self) -> None:
-        """Take a new epoch from the store and recover every job stored there."""
+    async def start(self, epoch: int | None = None) -> None:
+        """Take a new epoch from the store (or lead with ``epoch``, taken with the leadership
+        lease) and recover every job stored there."""
         store = self.worker.store
-        self.epoch = await self.worker.run(store.next_epoch)
+        self.epoch = epoch if epoch is not None else await self.worker.run(store.next_epoch)
         for document in await self.worker.run(store.list_jobs):
             await self._recover(document)
 

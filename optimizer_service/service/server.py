@@ -8,6 +8,11 @@ tests listen on port 0; :attr:`Service.http_port` is the dashboard's).
 ``p2 serve`` runs :func:`serve`, which stops cleanly on SIGTERM or SIGINT: it
 stops taking calls, closes the ranks' streams and the store, whose every write
 was already durable.
+
+A service listens first (:meth:`Service.listen`: health checks answer, every
+other call is refused as a standby's) and decides only once it leads
+(:meth:`Service.lead`, :mod:`.leadership`): at once on SQLite or on a Redis
+store no other service leads; on Redis with a leader, when its lease expires.
 """
 
 from __future__ import annotations
@@ -29,21 +34,33 @@ from optimizer_service.errors import InvalidInputError
 from optimizer_service.metrics import ServiceMetrics
 from optimizer_service.p2.planner import Limits
 from optimizer_service.service.admin_servicer import OptimizerServicer
-from optimizer_service.service.auth import TokenInterceptor, server_credentials
+from optimizer_service.service.auth import TokenInterceptor, read_token, server_credentials
 from optimizer_service.service.core import ServiceCore
 from optimizer_service.service.exposure import exposure_warning, listen_host
 from optimizer_service.service.grpc_guard import RequestGuard
-from optimizer_service.service.http_server import (DashboardServer, HttpLimits, allowed_hosts, bind, dashboard_url,
-                                                   server_ssl_context)
+from optimizer_service.service.http_server import (
+    DashboardServer,
+    HttpLimits,
+    allowed_hosts,
+    bind,
+    dashboard_url,
+    server_ssl_context,
+)
+from optimizer_service.service.leader_gate import LeaderGate
+from optimizer_service.service.leadership import Leadership, LeaseTiming, leadership_for
 from optimizer_service.service.link_servicer import EnforcerLinkServicer
 from optimizer_service.service.replanning import ReplanConfig
 from optimizer_service.service.request_metrics import RequestMetricsInterceptor
 from optimizer_service.service.store.url import open_store
+from optimizer_service.service.token_source import DEFAULT_GRACE_SECONDS, TokenSource
 from optimizer_service.wire.channel import MESSAGE_OPTIONS, SERVER_MIN_PING_INTERVAL_MS
 from p2.v1 import enforcer_link_pb2, enforcer_link_pb2_grpc, optimizer_pb2, optimizer_pb2_grpc
 
 log = logging.getLogger("p2.service")
 HANDSHAKE_TIMEOUT_MS = 10_000
+#: The health service name that is SERVING on every live service, standby or leader (a liveness probe's);
+#: "" and the API's names are SERVING on the leader only (a readiness probe's).
+LIVENESS = "liveness"
 
 SERVICE_NAMES = (optimizer_pb2.DESCRIPTOR.services_by_name["Optimizer"].full_name,
                  enforcer_link_pb2.DESCRIPTOR.services_by_name["EnforcerLink"].full_name)
@@ -65,6 +82,8 @@ class ServiceConfig:
     store_url: str | None = None            # None: SQLite under default_store_path
     default_store_path: Path | None = None
     token: str | None = None
+    token_file: Path | None = None          # where the token came from: re-read when it changes (rotation)
+    token_grace: float = DEFAULT_GRACE_SECONDS  # the previous token's grace after a rotation (P2_TOKEN_GRACE_SECONDS)
     tls_cert: str | None = None
     tls_key: str | None = None
     tls_ca: str | None = None
@@ -80,6 +99,8 @@ class ServiceConfig:
     dashboard_hosts: tuple[str, ...] = ()   # Host names it answers besides its own address (P2_DASHBOARD_HOSTS)
     limits: Limits = Limits()               # the P² explorer's bounds
     max_jobs: int = 1_000                   # most jobs the service holds (P2_MAX_JOBS)
+    advertise: str | None = None            # the address clients reach this service at (P2_ADVERTISE)
+    lease: LeaseTiming = LeaseTiming()      # the leadership lease on Redis (P2_LEASE_*)
 
 
 class Service:
@@ -97,21 +118,38 @@ class Service:
         self._http_note = ""            # said once the service runs (a failed start says one line only)
         self._dashboard: DashboardServer | None = None
         self._http_socket: socket.socket | None = None
+        self._credentials = None
+        #: The token callers must show, re-read from its file when that changes (None: no token).
+        self.tokens = None if config.token is None else TokenSource(
+            config.token, config.token_file, read_token, grace=config.token_grace)
+        self.address = ""                                   # as clients reach it (--advertise)
+        self.leadership: Leadership | None = None
+        self._led = False                                   # the core started with the leader's epoch
+        self._keeper: asyncio.Task | None = None
 
     async def start(self) -> int:
+        """Listen and lead (waiting as a standby while another service leads); the gRPC port."""
+        await self.listen()
+        await self.lead()
+        return self.port
+
+    async def listen(self) -> int:
+        """Bind and serve gRPC as a standby (health checks answer; every other call is refused, naming
+        the leader); the bound port. Nothing of the store is touched but the single-writer guard."""
         credentials = server_credentials(self.config.tls_cert, self.config.tls_key, self.config.tls_ca)
+        self._credentials = credentials
         # The dashboard speaks TLS with gRPC's certificate; its socket first: a bad --http touches no store.
         self._http_tls = server_ssl_context(self.config.tls_cert, self.config.tls_key, self.config.tls_ca)
         if self.config.http_fd is not None:
             self._http_socket = socket.socket(fileno=self.config.http_fd)
         elif self.config.http:
             self._http_socket, self._http_note = bind(self.config.http, self.config.http_fallback)
-        await self.core.start()
         # Outermost first: count every call; refuse one without the token from its metadata alone (before
-        # grpc reads its body); then each request message's size checked and decoded by the guard.
+        # grpc reads its body); a standby refuses the rest, naming the leader; then each request message's
+        # size checked and decoded by the guard.
         interceptors = [RequestMetricsInterceptor(self.metrics)]
-        interceptors += [TokenInterceptor(self.config.token)] if self.config.token else []
-        interceptors += [RequestGuard()]
+        interceptors += [TokenInterceptor(self.tokens)] if self.tokens is not None else []
+        interceptors += [LeaderGate(self._leader_status), RequestGuard()]
         self.server = grpc.aio.server(interceptors=interceptors, options=OPTIONS)
         optimizer_pb2_grpc.add_OptimizerServicer_to_server(OptimizerServicer(self.core), self.server)
         enforcer_link_pb2_grpc.add_EnforcerLinkServicer_to_server(EnforcerLinkServicer(self.core), self.server)
@@ -124,23 +162,55 @@ class Service:
             else:
                 self.port = self.server.add_secure_port(self.config.listen, credentials)
         except RuntimeError as error:
-            await self._abandon()
+            self._abandon()
             raise InvalidInputError(f"cannot listen on {self.config.listen}: {error}") from None
         if self.port == 0:
-            await self._abandon()
+            self._abandon()
             raise InvalidInputError(f"cannot listen on {self.config.listen}: the address is in use or not local; "
                                     "give another with --listen HOST:PORT")
+        self.address = self.config.advertise or advertised(self.config.listen, self.port)
+        try:
+            self.leadership = leadership_for(self.config.store_url, self.config.default_store_path, self.address,
+                                             self.config.lease)
+        except BaseException:
+            self._abandon()
+            raise
+        for name in ("", *SERVICE_NAMES):
+            await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
         await self.server.start()
+        return self.port
+
+    def _leader_status(self) -> tuple[bool, str | None]:
+        leadership = self.leadership
+        return (False, None) if leadership is None else (leadership.leading and self._led, leadership.leader)
+
+    async def lead(self) -> None:
+        """Wait for the leadership (as a standby while another service holds it), then recover the
+        store's jobs with the leader's epoch, serve the dashboard and answer every call."""
+        credentials = self._credentials
+        try:
+            epoch = await self.leadership.acquire()
+            await self.core.start(epoch)
+        except BaseException:
+            await self.server.stop(0)
+            await self.leadership.release()
+            await self.core.stop()
+            self._abandon()
+            raise
         if self._http_socket is not None:
             try:
                 await self._start_http()
             except BaseException:
                 await self.server.stop(0)
                 await self.core.stop()
+                await self.leadership.release()
                 raise
+        self._led = True
+        self._keeper = asyncio.get_running_loop().create_task(self.leadership.keep())
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("service: listening on %s (port %d)%s%s", self.config.listen, self.port,
+        log.info("service: listening on %s (port %d, as %s)%s%s", self.config.listen, self.port, self.address,
                  ", TLS" if credentials else "", ", token required" if self.config.token else "")
         grpc_host = listen_host(self.config.listen)
         listeners = {} if grpc_host is None else {"gRPC": grpc_host}
@@ -151,12 +221,11 @@ class Service:
             log.warning("%s", warning)
         return self.port
 
-    async def _abandon(self) -> None:
-        """A start that failed before serving: stop the core, let the dashboard's socket go."""
+    def _abandon(self) -> None:
+        """A start that failed before serving: let the dashboard's socket go."""
         if self._http_socket is not None:
             self._http_socket.close()
             self._http_socket = None
-        await self.core.stop()
 
     async def _start_http(self) -> None:
         """The dashboard on ``config.http`` (or the inherited socket ``config.http_fd``), served on this
@@ -166,7 +235,8 @@ class Service:
         sock = self._http_socket
         self.http_port = sock.getsockname()[1]
         self.http_url = dashboard_url(sock, tls=self._http_tls is not None)
-        app = create_app(self.core, DashboardConfig(token=self.config.token, public=self.config.dashboard_public,
+        app = create_app(self.core, DashboardConfig(token=self.config.token, tokens=self.tokens,
+                                                    public=self.config.dashboard_public,
                                                     limits=self.config.limits, tls=self._http_tls is not None,
                                                     allowed_hosts=allowed_hosts(sock) + self.config.dashboard_hosts))
         self._dashboard = DashboardServer(app, sock, self.config.http_limits, self._http_tls)
@@ -182,6 +252,8 @@ class Service:
 
     async def stop(self, grace: float = 2.0) -> None:
         await self.health.enter_graceful_shutdown()
+        if self._keeper is not None:
+            self._keeper.cancel()
         await self._stop_http()
         if self.server is not None:
             stopping = self.server.stop(grace)
@@ -190,25 +262,49 @@ class Service:
                     session.close()
             await stopping
         await self.core.stop()
+        if self.leadership is not None:                # after the store's last write: a standby may take over
+            await self.leadership.release()
 
 
 async def serve(config: ServiceConfig, ready: Callable[[Service], None] | None = None) -> None:
-    """Run the service until SIGTERM or SIGINT, or until a newer service takes
-    its store over (then it raises the :class:`StoreFencedError` after stopping)."""
+    """Run the service until SIGTERM or SIGINT, or until it stops leading: a newer
+    service took its store over (then it raises the :class:`StoreFencedError`), or
+    its lease could not be renewed in time (:class:`LeadershipLostError`), after stopping.
+    ``ready`` is called once it leads; a standby waits for that (or a signal)."""
     service = Service(config)
-    await service.start()
+    await service.listen()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    signalled = loop.create_task(stop.wait())
+    leading = loop.create_task(service.lead())
+    await asyncio.wait((signalled, leading), return_when=asyncio.FIRST_COMPLETED)
+    if not leading.done():
+        leading.cancel()
+        await asyncio.gather(leading, return_exceptions=True)
+        log.info("service: stopping (a standby)")
+        await service.stop()
+        return
+    leading.result()
     if ready is not None:
         ready(service)
-    signalled = loop.create_task(stop.wait())
-    fenced = loop.create_task(service.core.fenced.wait())
-    await asyncio.wait((signalled, fenced), return_when=asyncio.FIRST_COMPLETED)
-    signalled.cancel()
-    fenced.cancel()
+    ended = (signalled, loop.create_task(service.core.fenced.wait()), loop.create_task(service.leadership.lost.wait()))
+    await asyncio.wait(ended, return_when=asyncio.FIRST_COMPLETED)
+    for task in ended:
+        task.cancel()
     log.info("service: stopping")
     await service.stop()
     if service.core.fenced_by is not None:
         raise service.core.fenced_by
+    if service.leadership.lost_by is not None:
+        raise service.leadership.lost_by
+
+
+def advertised(listen: str, port: int) -> str:
+    """The address clients are told to reach this service at when no --advertise is given: the
+    listening host, or this machine's name where it listens on every interface."""
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -16,12 +16,14 @@ from concurrent import futures
 import grpc
 import pytest
 import torch.distributed as dist
+
 from enforcer.link.identity import RankIdentity, register_topology, store_address
 from enforcer.link.link import Link
 from enforcer.link.stream import BACKOFF_MAX, TELEMETRY_QUEUE, backoff
 from enforcer.link.traces import trace_chunks
 from enforcer.settings import EnforcerSettings
 from enforcer.trace import Tracer
+from optimizer_service.wire.leader import LEADER_METADATA_KEY
 from optimizer_service.wire.limits import MAX_TOPOLOGY_CHARACTERS, MAX_TRACE_BYTES, RANK_TRACE_CHUNK
 from p2.v1 import enforcer_link_pb2 as link_pb2
 from p2.v1 import enforcer_link_pb2_grpc
@@ -139,6 +141,71 @@ def test_register_carries_the_rank_and_its_state_and_the_token_goes_as_metadata(
     assert recorder.metadata[0]["authorization"] == "Bearer file-token"      # the file wins over P2_TOKEN
     assert recorder.telemetry[0].iteration == 3 and recorder.telemetry[0].job_id == "unit-job"
     assert any("got Registered(e1" in line for line in link.stream.history)
+
+
+class Standby(enforcer_link_pb2_grpc.EnforcerLinkServicer):
+    """Answers as a standby service does: UNAVAILABLE, naming the leader in the trailing metadata."""
+
+    def __init__(self, leader: str) -> None:
+        self.leader = leader
+        self.calls = 0
+
+    def Connect(self, request_iterator, context):
+        self.calls += 1
+        context.set_trailing_metadata(((LEADER_METADATA_KEY, self.leader),))
+        context.abort(grpc.StatusCode.UNAVAILABLE, f"this p2 serve is a standby; the leader is at {self.leader}")
+
+
+def test_a_link_given_several_addresses_follows_a_standby_to_the_leader():
+    recorder = Recorder()
+    server, port = serve(recorder)
+    standby = Standby(f"127.0.0.1:{port}")
+    standby_server, standby_port = serve(standby)
+    service = f"127.0.0.1:{standby_port},127.0.0.1:{free_port()}"         # the standby first, then nothing
+    link = Link(EnforcerSettings(service=service), IDENTITY, Tracer(1, 2), NoPlans()).start()
+    try:
+        wait_for(lambda: link.stream.connected)
+    finally:
+        link.close()
+        server.stop(None)
+        standby_server.stop(None)
+    assert standby.calls == 1 and len(recorder.registers) == 1
+    assert link.stream.attempts == 2, "the named leader is tried next, not the list's next address"
+    assert link.stream.targets.current == f"127.0.0.1:{port}"
+
+
+def test_a_rotated_token_file_is_read_again_when_the_link_reconnects(tmp_path):
+    """Each new stream carries the file's token as it is then; a file caught mid-rotation (empty)
+    keeps the last token."""
+    token_file = tmp_path / "token"
+    token_file.write_text("first-token\n")
+    recorder = Recorder()
+    server, port = serve(recorder)
+    link = Link(EnforcerSettings(service=f"127.0.0.1:{port}", token_file=str(token_file)), IDENTITY, Tracer(1, 2),
+                NoPlans()).start()
+
+    def restart() -> grpc.Server:
+        """End the stream (the link reconnects) and serve again on the same port."""
+        server.stop(None)
+        again = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        enforcer_link_pb2_grpc.add_EnforcerLinkServicer_to_server(recorder, again)
+        assert again.add_insecure_port(f"127.0.0.1:{port}") == port
+        again.start()
+        return again
+
+    try:
+        wait_for(lambda: link.stream.connected)
+        token_file.write_text("second-token\n")
+        server = restart()
+        wait_for(lambda: len(recorder.registers) == 2)
+        token_file.write_text("")
+        server = restart()
+        wait_for(lambda: len(recorder.registers) == 3)
+    finally:
+        link.close()
+        server.stop(None)
+    assert [m["authorization"] for m in recorder.metadata] == \
+        ["Bearer first-token", "Bearer second-token", "Bearer second-token"]
 
 
 def test_telemetry_waits_in_a_bounded_queue_that_drops_the_oldest():

@@ -38,8 +38,11 @@ class ServeProcess:
     _count = itertools.count()
 
     def __init__(self, folder: Path, *extra: str, env: dict[str, str] | None = None, port: int = 0,
-                 store: str | None = None, preexec=None, root: Path = ROOT, dashboard: bool = False) -> None:
-        self.port_file = folder / "port"
+                 store: str | None = None, preexec=None, root: Path = ROOT, dashboard: bool = False,
+                 standby: bool = False) -> None:
+        """With ``standby`` (and a ``port``), return once the service answers health checks, as a
+        standby does, instead of once it leads (when it writes its port file)."""
+        self.port_file = folder / f"port-{port}" if standby else folder / "port"
         self.port_file.unlink(missing_ok=True)
         http_port_file = folder / "http.port"
         if dashboard:
@@ -56,6 +59,14 @@ class ServeProcess:
                  *extra], cwd=root, stdout=subprocess.DEVNULL, stderr=log, text=True,
                 env=environment, preexec_fn=preexec)
         deadline = time.monotonic() + 30
+        if standby:
+            assert port, "a standby is started on a known port"
+            self.port, self.address, self.http_port, self.http_url = port, f"127.0.0.1:{port}", 0, ""
+            while health(self.address, "liveness") != "SERVING":
+                assert self.process.poll() is None, self.log()
+                assert time.monotonic() < deadline, "p2 serve did not start"
+                time.sleep(0.05)
+            return
         while not self.port_file.exists() or not self.port_file.read_text().strip():
             assert self.process.poll() is None, self.log()
             assert time.monotonic() < deadline, "p2 serve did not start"
@@ -80,6 +91,19 @@ class ServeProcess:
     def wait_dead(self, timeout: float = 30) -> tuple[int, str]:
         self.process.wait(timeout=timeout)
         return self.process.returncode, self.log()
+
+
+def health(address: str, service: str = "") -> str:
+    """The health service's answer for ``service`` at ``address`` ("UNREACHABLE" when none comes)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service),
+                                                              timeout=2)
+        except grpc.RpcError:
+            return "UNREACHABLE"
+    return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
 class Ranks:

@@ -12,7 +12,9 @@ no braces, at most 128 characters) are the only client text in a key, so no
 client value can name another key. A job's keys:
 
 * ``p2:jobs`` (hash: job id → document), ``p2:versions`` (hash: job id → last
-  reserved version), ``p2:epoch`` (integer);
+  reserved version), ``p2:epoch`` (integer), ``p2:lease`` (``"EPOCH HOLDER"``
+  with a time to live: the leader of several services on this store, see
+  :mod:`optimizer_service.service.leadership`);
 * ``p2:plans:JOB`` / ``p2:plan_submitted:JOB`` / ``p2:plan_state:JOB`` (hashes by version);
 * ``p2:log:JOB`` (list, append-only: the sequence number is the length after
   the append), ``p2:telemetry:JOB`` and ``p2:events:JOB`` (lists trimmed to the
@@ -81,6 +83,31 @@ if current > tonumber(ARGV[1]) then return {0, current} end
 return redis.call('RPUSH', KEYS[2], ARGV[2])
 """
 
+# The leadership lease (KEYS: lease, epoch). Take: ARGV holder, ttl ms. Free, or held by this holder
+# (the same address restarted: its old process cannot be listening there any more), the lease is taken
+# with the next epoch, {1, epoch}; held by another, {0, "EPOCH HOLDER"}.
+_TAKE_LEASE = """
+local held = redis.call('GET', KEYS[1])
+if held and string.sub(held, string.find(held, ' ') + 1) ~= ARGV[1] then return {0, held} end
+local epoch = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], epoch .. ' ' .. ARGV[1], 'PX', ARGV[2])
+return {1, epoch}
+"""
+# Renew: ARGV "EPOCH HOLDER", ttl ms; 1 when the lease was still exactly that (and the store's epoch
+# still that epoch), else 0. Release: ARGV "EPOCH HOLDER"; dropped only while it is ours.
+_RENEW_LEASE = """
+local held = redis.call('GET', KEYS[1])
+if held ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= string.sub(held, 1, string.find(held, ' ') - 1) then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+_RELEASE_LEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 # KEYS: epoch, jobs, then the job's plans, plan_submitted, plan_state, log, telemetry, events;
 # ARGV: the deleter's epoch ('' for none), job id. {0, current} when fenced, else {1, existed}.
@@ -94,6 +121,10 @@ redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 return {1, existed}
 """
 _JOB_KEYS = ("plans", "plan_submitted", "plan_state", "log", "telemetry", "events")
+
+
+def _ttl_ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
 
 
 def check_prefix(prefix: object) -> str:
@@ -116,10 +147,12 @@ class RedisPlanStore(PlanStore):
 
     @classmethod
     def connect(cls, host: str, port: int, db: int, *, url: str, username: str | None = None,
-                password: str | None = None, tls: bool = False, prefix: str = DEFAULT_PREFIX) -> RedisPlanStore:
+                password: str | None = None, tls: bool = False, prefix: str = DEFAULT_PREFIX,
+                command_timeout: float = COMMAND_TIMEOUT_SECONDS) -> RedisPlanStore:
         client = redis.Redis(host=host, port=port, db=db, username=username, password=password, ssl=tls,
-                             decode_responses=True, socket_connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                             socket_timeout=COMMAND_TIMEOUT_SECONDS, retry=Retry(NoBackoff(), 0))
+                             decode_responses=True,
+                             socket_connect_timeout=min(CONNECT_TIMEOUT_SECONDS, command_timeout),
+                             socket_timeout=command_timeout, retry=Retry(NoBackoff(), 0))
         return cls(client, url, prefix=prefix, secret=password)
 
     def _key(self, kind: str, job_id: str | None = None) -> str:
@@ -239,6 +272,34 @@ class RedisPlanStore(PlanStore):
     def next_epoch(self) -> int:
         with self._guard() as client:
             return int(client.incr(self._key("epoch")))
+
+    # ------------------------------------------------------- the leadership lease
+    def take_lease(self, holder: str, ttl_seconds: float) -> tuple[int | None, str]:
+        """Take the lease for ``holder`` with the next epoch, atomically: ``(epoch, holder)``;
+        ``(None, current holder)`` while another holds it."""
+        with self._guard() as client:
+            taken, value = client.eval(_TAKE_LEASE, 2, self._key("lease"), self._key("epoch"), holder,
+                                       _ttl_ms(ttl_seconds))
+        if taken:
+            return int(value), holder
+        return None, str(value).split(" ", 1)[-1]
+
+    def renew_lease(self, holder: str, epoch: int, ttl_seconds: float) -> bool:
+        """Extend the lease ``holder`` took at ``epoch``; False once it is not (only) theirs any more."""
+        with self._guard() as client:
+            return bool(client.eval(_RENEW_LEASE, 2, self._key("lease"), self._key("epoch"), f"{epoch} {holder}",
+                                    _ttl_ms(ttl_seconds)))
+
+    def release_lease(self, holder: str, epoch: int) -> bool:
+        """Drop the lease if ``holder`` still holds it at ``epoch`` (a clean stop: a standby need not wait)."""
+        with self._guard() as client:
+            return bool(client.eval(_RELEASE_LEASE, 1, self._key("lease"), f"{epoch} {holder}"))
+
+    def lease_holder(self) -> str | None:
+        """Who holds the lease now (None: nobody)."""
+        with self._guard() as client:
+            held = client.get(self._key("lease"))
+        return None if held is None else held.split(" ", 1)[-1]
 
     def _push(self, name: str, job_id: str, document: dict, keep: int) -> None:
         check_job_id(job_id)

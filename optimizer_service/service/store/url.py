@@ -130,12 +130,19 @@ def _parse_redis(url: str, tls: bool) -> RedisTarget:
                        tls=tls, prefix=prefix, url=redact_url(url))
 
 
-def open_store(url: str | None, *, default_path: Path | None = None) -> PlanStore:
-    """Open the store ``url`` names; with no URL, SQLite at ``default_path``
-    (by default :func:`default_store_path` of this process's environment), creating
-    its folder. SQLite opens the file now; Redis connects on the first call (``ping`` checks)."""
+def sqlite_default(default_path: Path | None) -> Path:
+    """The SQLite file a store without a URL lives in: ``default_path``, else
+    :func:`default_store_path` of this process's environment."""
+    return (default_path or default_store_path(os.environ, Path.home())).absolute()
+
+
+def open_store(url: str | None, *, default_path: Path | None = None,
+               command_timeout: float | None = None) -> PlanStore:
+    """Open the store ``url`` names; with no URL, SQLite at :func:`sqlite_default`, creating
+    its folder. SQLite opens the file now; Redis connects on the first call (``ping`` checks),
+    and ``command_timeout`` bounds each of its commands (default: a 64 MiB plan's write)."""
     if url is None or not url.strip():
-        path = (default_path or default_store_path(os.environ, Path.home())).absolute()
+        path = sqlite_default(default_path)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
@@ -146,5 +153,6 @@ def open_store(url: str | None, *, default_path: Path | None = None) -> PlanStor
     if isinstance(target, SqliteTarget):
         path = target.path.absolute()
         return SqlitePlanStore.open(path, url=f"sqlite:///{path}")
+    timeout = {} if command_timeout is None else {"command_timeout": command_timeout}
     return RedisPlanStore.connect(target.host, target.port, target.db, url=target.url, username=target.username,
-                                  password=target.password, tls=target.tls, prefix=target.prefix)
+                                  password=target.password, tls=target.tls, prefix=target.prefix, **timeout)

@@ -15,9 +15,9 @@ import pytest
 
 from optimizer_service.control.switch import agree, proposal
 from optimizer_service.plan import Plan
+from optimizer_service.service.store import open_store
 from p2.v1 import optimizer_pb2 as api
 from p2.v1 import optimizer_pb2_grpc
-from optimizer_service.service.store import open_store
 from tests.support.cli import p2
 from tests.support.service_process import Ranks, ServeProcess, free_port
 
@@ -81,37 +81,34 @@ def test_a_crash_at_any_point_ends_with_every_rank_on_the_same_plan(tmp_path, st
 
 
 @pytest.mark.parametrize("store", ["sqlite", "redis"])
-def test_a_replaced_service_that_still_runs_is_fenced_and_decides_nothing(tmp_path, store, request):
-    """Two ``p2 serve`` on one store: the newer takes a higher epoch; the older,
-    still alive, cannot persist a Prepare any more, so it sends nothing, says so
-    in one line and exits 1; the store's log holds nothing of it."""
+def test_a_second_service_on_the_store_of_a_running_one_takes_nothing_over(tmp_path, store, request):
+    """Two ``p2 serve`` on one store: the second does not take the store over while the first
+    runs (before leases it did, and fenced the first). On SQLite it is refused with one line;
+    on Redis it waits as a standby. The first commits the plan; the store's log holds one epoch.
+    (A leader paused past its lease is fenced: test_leadership.py.)"""
     url = (f"sqlite:///{tmp_path / 'service.db'}" if store == "sqlite"
            else f"{request.getfixturevalue('redis_server').url}?prefix=fence:")
     old = ServeProcess(tmp_path, store=url)
     ranks = Ranks(old.address, "fence", WORLD)
+    newer = None
     try:
-        deadline = time.monotonic() + 30
-        while not ranks.registered():
-            assert time.monotonic() < deadline, "the ranks did not register"
-            time.sleep(0.05)
-        newer = ServeProcess(tmp_path, store=url)
-        try:
-            plan_file = tmp_path / "plan.json"
-            plan_file.write_text(Plan(1, WORLD, {0: None}, ()).to_json())
-            submitted = p2("plan", "submit", "--job", "fence", str(plan_file), "--service", old.address,
-                           "--timeout", "5")
-            code, log = old.wait_dead()
-        finally:
-            newer.stop()
+        if store == "sqlite":
+            refused = p2("serve", "--listen", "127.0.0.1:0", "--http", "off", "--store", url)
+            assert refused.returncode == 2 and "already served by another 'p2 serve'" in refused.stderr
+        else:
+            newer = ServeProcess(tmp_path, store=url, port=free_port(), standby=True)
+        plan_file = tmp_path / "plan.json"
+        plan_file.write_text(Plan(1, WORLD, {0: None}, ()).to_json())
+        submitted = p2("plan", "submit", "--job", "fence", str(plan_file), "--service", old.address,
+                       "--wait", "20", "--json", "-")
     finally:
         ranks.close()
-        if old.process.poll() is None:
-            old.stop()
-    assert submitted.returncode != 0
-    assert code == 1, log
-    assert "belongs to a newer service (epoch 2 > this one's 1)" in log
-    assert log.strip().splitlines()[-1].startswith("p2 serve: error: store ")
-    assert not any(sim.state.prepared for sim in ranks.ranks), "a fenced service sent a Prepare"
+        if newer is not None:
+            newer.stop()
+        code, log = old.stop()
+    assert submitted.returncode == 0, submitted.stderr
+    assert code == 0, log
     with open_store(url) as opened:
         records = opened.read_log("fence")
-    assert [r["type"] for r in records] == ["recover"] and records[0]["epoch"] == 2, records
+    assert {r["epoch"] for r in records if "epoch" in r} == {1}, records
+    assert any(r["type"] == "decision" and r.get("decision") == "commit" for r in records), records
