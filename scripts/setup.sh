@@ -27,8 +27,8 @@ echo "setup: creating .venv/ and installing dependencies (once; log in $log)" >&
 # System packages: the emulated cluster needs iproute2 (ip, tc) and nsenter
 # (util-linux); the service's production store and its tests need redis-server;
 # the dashboard's browser tests chromium, its metrics tests prometheus (and
-# promtool); its charts come from npm. UCC is built against Debian's UCX with
-# autotools.
+# promtool); its charts come from npm; the deployment tests a one-node Slurm
+# (slurm-wlm, munge). UCC is built against Debian's UCX with autotools.
 missing=()
 command -v ip >/dev/null && command -v tc >/dev/null || missing+=(iproute2)
 command -v nsenter >/dev/null || missing+=(util-linux)
@@ -36,6 +36,9 @@ command -v redis-server >/dev/null || missing+=(redis-server)
 command -v chromium >/dev/null || missing+=(chromium)
 command -v prometheus >/dev/null && command -v promtool >/dev/null || missing+=(prometheus)
 command -v npm >/dev/null || missing+=(npm)
+# The deployment tests: a real one-node Slurm (tests/support/slurm_cluster.py).
+command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null || missing+=(slurm-wlm)
+command -v munged >/dev/null || missing+=(munge)
 if [ "${P2_SKIP_NATIVE:-0}" != 1 ]; then
     [ -f /usr/include/ucp/api/ucp.h ] || missing+=(libucx-dev)
     command -v autoconf >/dev/null && command -v automake >/dev/null || missing+=(autoconf automake)

@@ -233,7 +233,7 @@ class Stream:
     def _one_stream(self, credentials, metadata) -> tuple[str, bool, grpc.RpcError | None]:
         """Open a stream to the current target and serve it until it ends: why it ended, whether it
         registered, and the error that ended it (a standby's names the leader)."""
-        channel = open_channel(self.targets.current, credentials, RANK_OPTIONS)
+        channel = open_channel(self.targets.current, credentials, self.targets.options(RANK_OPTIONS))
         registered = False
         try:
             with self._cond:

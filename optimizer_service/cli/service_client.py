@@ -20,7 +20,7 @@ import grpc
 
 from optimizer_service.errors import InvalidInputError, JobFailedError
 from optimizer_service.settings import Settings
-from optimizer_service.wire.channel import open_channel
+from optimizer_service.wire.channel import MESSAGE_OPTIONS, open_channel
 from optimizer_service.wire.credentials import bearer, channel_credentials
 from optimizer_service.wire.leader import Targets, leader_hint, parse_addresses
 from p2.v1 import optimizer_pb2_grpc
@@ -88,7 +88,7 @@ class Client:
                     raise self.explain(error) from None
                 self.targets.failed(error)
                 self.channel.close()
-                self.channel = open_channel(self.targets.current, self.credentials)
+                self.channel = open_channel(self.targets.current, self.credentials, self.targets.options(MESSAGE_OPTIONS))
                 self.stub = optimizer_pb2_grpc.OptimizerStub(self.channel)
 
     def _elsewhere(self, error: grpc.RpcError) -> bool:
@@ -120,6 +120,6 @@ def connect(settings: Settings, service: str | None, token_file: Path | None, tl
             tls_cert: str | None, tls_key: str | None, timeout: float) -> Client:
     targets = Targets(parse_addresses(service or settings.service, "--service" if service else "P2_SERVICE"))
     credentials = channel_credentials(tls_ca, tls_cert, tls_key)
-    channel = open_channel(targets.current, credentials)
+    channel = open_channel(targets.current, credentials, targets.options(MESSAGE_OPTIONS))
     return Client(targets, optimizer_pb2_grpc.OptimizerStub(channel), channel,
                   bearer(settings.service_token(token_file)), timeout, credentials)

@@ -6,7 +6,14 @@ import grpc
 import pytest
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.wire.leader import LEADER_METADATA_KEY, Targets, from_standby, leader_hint, parse_addresses
+from optimizer_service.wire.leader import (
+    LEADER_METADATA_KEY,
+    Targets,
+    expand,
+    from_standby,
+    leader_hint,
+    parse_addresses,
+)
 
 
 class Refusal(grpc.RpcError):
@@ -61,3 +68,28 @@ def test_a_standby_refusal_is_told_from_other_errors():
     assert not from_standby(None)
     assert leader_hint(Refusal(grpc.StatusCode.UNAVAILABLE, "x", leader="a:1")) == "a:1"
     assert leader_hint(Refusal(grpc.StatusCode.UNAVAILABLE, "x")) is None
+
+
+def test_a_name_that_resolves_to_several_addresses_is_tried_as_each_and_looked_up_every_round():
+    answers = {"svc": ["10.0.0.1", "10.0.0.2", "10.0.0.1"]}
+
+    def resolver(host: str, port: int) -> list[str]:
+        return answers.get(host, [])
+
+    targets = Targets(("svc:50051", "other:7"), resolver)
+    assert targets.addresses == ("10.0.0.1:50051", "10.0.0.2:50051", "other:7") and targets.several
+    assert targets.options((("a", 1),)) == (("a", 1), ("grpc.ssl_target_name_override", "svc"))
+    answers["svc"] = ["10.0.0.3", "fd00::4"]                        # the pods moved
+    for _ in range(3):
+        targets.failed(None)
+    assert targets.addresses == ("10.0.0.3:50051", "[fd00::4]:50051", "other:7")
+    assert targets.current == "10.0.0.3:50051"
+    assert Targets(("other:7",), resolver).options() == ()          # a name that resolves to one: as given
+    assert Targets(("127.0.0.1:5",), resolver).addresses == ("127.0.0.1:5",)
+    assert expand("[::1]:5", resolver) == ("[::1]:5",) and expand("nowhere:5", resolver) == ("nowhere:5",)
+
+
+def test_names_are_resolved_by_the_system_resolver():
+    """localhost through getaddrinfo: one address (kept as the name) or several (each, in order)."""
+    found = expand("localhost:50051")
+    assert found == ("localhost:50051",) or all(t.endswith(":50051") and "localhost" not in t for t in found)
