@@ -28,7 +28,8 @@ echo "setup: creating .venv/ and installing dependencies (once; log in $log)" >&
 # (util-linux); the service's production store and its tests need redis-server;
 # the dashboard's browser tests chromium, its metrics tests prometheus (and
 # promtool); its charts come from npm; the deployment tests a one-node Slurm
-# (slurm-wlm, munge). UCC is built against Debian's UCX with autotools.
+# (slurm-wlm, munge) and a docker-compose stack (docker.io, docker-compose,
+# debootstrap). UCC is built against Debian's UCX with autotools.
 missing=()
 command -v ip >/dev/null && command -v tc >/dev/null || missing+=(iproute2)
 command -v nsenter >/dev/null || missing+=(util-linux)
@@ -39,6 +40,11 @@ command -v npm >/dev/null || missing+=(npm)
 # The deployment tests: a real one-node Slurm (tests/support/slurm_cluster.py).
 command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null || missing+=(slurm-wlm)
 command -v munged >/dev/null || missing+=(munge)
+# ... and the compose stack (tests/deploy/test_compose.py starts dockerd itself; images from a local
+# debootstrap base, deploy/docker/base.sh).
+command -v dockerd >/dev/null || missing+=(docker.io)
+command -v docker-compose >/dev/null || missing+=(docker-compose)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
 if [ "${P2_SKIP_NATIVE:-0}" != 1 ]; then
     [ -f /usr/include/ucp/api/ucp.h ] || missing+=(libucx-dev)
     command -v autoconf >/dev/null && command -v automake >/dev/null || missing+=(autoconf automake)
