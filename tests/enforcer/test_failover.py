@@ -113,7 +113,8 @@ def test_twenty_leaders_killed_at_random_moments_leave_every_rank_on_one_plan(tm
     assert results["iterations_where_ranks_disagree"] == []
     assert results["final_running"] == [results["committed_version"]]
     assert min(results["iterations_trained_while_no_leader"]) >= 1
-    fates = [t["in_flight"].get("state", t["in_flight"].get("error")) for t in trials]
+    fates = [t["in_flight"].get("state", t["in_flight"].get("error")) for t in trials if t["moment"] != "idle"]
+    assert len(fates) == 15 and "aborted" in fates, fates       # some kills landed inside a commit
     assert set(fates) <= {"committed", "aborted", "UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"}, fates
     with capsys.disabled():
         print(f"\n20 failovers: ready p99 {results['ready_seconds']['p99']:.1f} s, commit p99 "
