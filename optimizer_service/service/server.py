@@ -192,20 +192,14 @@ class Service:
         try:
             epoch = await self.leadership.acquire()
             await self.core.start(epoch)
+            if self._http_socket is not None:
+                await self._start_http()
         except BaseException:
             await self.server.stop(0)
-            await self.leadership.release()
             await self.core.stop()
+            await self.leadership.release()     # after the store's last write, as in stop()
             self._abandon()
             raise
-        if self._http_socket is not None:
-            try:
-                await self._start_http()
-            except BaseException:
-                await self.server.stop(0)
-                await self.core.stop()
-                await self.leadership.release()
-                raise
         self._led = True
         self._keeper = asyncio.get_running_loop().create_task(self.leadership.keep())
         for name in ("", *SERVICE_NAMES):
