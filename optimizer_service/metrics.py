@@ -12,7 +12,8 @@ get a series of their own, the rest share ``"_other"``). Built with
   of the service's HTTP port): iteration times, dispatcher waits, plan
   versions, commits, replans, prediction error and the enforcers' op counts,
   all aggregated from the ranks' telemetry — Prometheus scrapes one service,
-  not every rank — and the service's own request latency and errors.
+  not every rank — and the service's own request latency and errors, and
+  whether it leads (a standby serves only these, without the jobs' series).
 * A **rank's** own counters (:func:`enforcer_exposition`,
   ``enforcer.metrics_text()``), ``p2_rank_*``, for a look at one process.
 
@@ -91,6 +92,8 @@ REQUEST_LATENCY = MetricSpec("p2_service_request_seconds", "histogram",
 REQUEST_ERRORS = MetricSpec("p2_service_request_errors", "counter",
                             "Requests the service answered with an error, by transport, method and code.",
                             ("transport", "method", "code"))
+LEADER = MetricSpec("p2_service_leader", "gauge",
+                    "1 while this service leads (decides, serves the API and the jobs' series), 0 on a standby.", ())
 
 # ------------------------------------------------------------ a rank's own
 RANK_OPS = MetricSpec("p2_rank_ops", "counter", "Comm-ops that entered this rank's p2enforcer backend, by kind.",
@@ -102,7 +105,8 @@ RANK_DISPATCH_WAIT = MetricSpec("p2_rank_dispatch_wait_seconds", "counter",
                                 "Time this rank's dispatcher waited for the next motif in plan order.", ("rank",))
 
 SERVICE: tuple[MetricSpec, ...] = (ITERATION, DISPATCH_WAIT, PLAN_VERSION, RUNNING_VERSION, COMMITS, REPLANS,
-                                   PREDICTION_ERROR, ENFORCER_OPS, RANKS_CONNECTED, REQUEST_LATENCY, REQUEST_ERRORS)
+                                   PREDICTION_ERROR, ENFORCER_OPS, RANKS_CONNECTED, REQUEST_LATENCY, REQUEST_ERRORS,
+                                   LEADER)
 #: Every metric this module defines (the names a dashboard or an alert may use).
 ALL: tuple[MetricSpec, ...] = SERVICE + (RANK_OPS, RANK_BYPASSED, RANK_DISPATCH_WAIT)
 
@@ -170,6 +174,7 @@ class ServiceMetrics:
         self.request_latency = Histogram(REQUEST_LATENCY.name, REQUEST_LATENCY.help, REQUEST_LATENCY.labels,
                                          registry=r, buckets=LATENCY_BUCKETS)
         self.request_errors = Counter(REQUEST_ERRORS.name, REQUEST_ERRORS.help, REQUEST_ERRORS.labels, registry=r)
+        self.leader = Gauge(LEADER.name, LEADER.help, LEADER.labels, registry=r)     # 0 until it leads
 
     def _rank(self, job: str, rank: int) -> str:
         bound = self._ranks.get(job)
@@ -222,6 +227,10 @@ class ServiceMetrics:
         self.request_latency.labels(transport, method).observe(seconds)
         if code is not None:
             self.request_errors.labels(transport, method, code).inc()
+
+    def on_leading(self, leading: bool) -> None:
+        """The service started or stopped leading: the one series that tells the replicas apart."""
+        self.leader.set(1 if leading else 0)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

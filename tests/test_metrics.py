@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from optimizer_service import metrics
 
 UNITS = ("_seconds", "_bytes", "_total", "_ratio", "_info")
-#: Counts of things that have no unit (a version number, ranks).
-DIMENSIONLESS = {"p2_plan_version", "p2_running_plan_version", "p2_ranks_connected"}
+#: Counts of things that have no unit (a version number, ranks), and a 0/1 state (as Prometheus' own ``up``).
+DIMENSIONLESS = {"p2_plan_version", "p2_running_plan_version", "p2_ranks_connected", "p2_service_leader"}
 
 
 def test_every_metric_is_p2_prefixed_and_names_its_unit():

@@ -95,9 +95,10 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
     \b
     Several services on one Redis store elect a leader with a lease in the
     store; the others wait as standbys (their health check NOT_SERVING, every
-    other call refused with UNAVAILABLE naming the leader) and one takes over
-    when the leader stops (P2_LEASE_SECONDS, 15 s). On SQLite one service per
-    file: a second is refused.
+    other call refused with UNAVAILABLE naming the leader; their dashboard
+    answers /metrics and /healthz, the rest 503 naming the leader) and one
+    takes over when the leader stops (P2_LEASE_SECONDS, 15 s). On SQLite one
+    service per file: a second is refused.
 
     \b
     Example:

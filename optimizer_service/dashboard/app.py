@@ -7,7 +7,8 @@ statuses in one place (:func:`_install_errors`): a page gets an error page,
 ``/api/`` (and ``/metrics``, ``/openapi.json``) a JSON ``{"error", "field"}`` —
 FastAPI's and Starlette's own errors (``{"detail"}``) included. Every request
 passes :class:`~.guard.GuardMiddleware` first (the Host allowlist, the
-security headers).
+security headers), then, while the service is a standby,
+:class:`~.standby.StandbyGate` (only ``/metrics`` and ``/healthz`` are served).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from optimizer_service.dashboard.guard import GuardMiddleware
 from optimizer_service.dashboard.hosts import LOOPBACK, HostAllowlist
 from optimizer_service.dashboard.offload import DEADLINE_SECONDS, Offloader, OverloadedError
 from optimizer_service.dashboard.sessions import LoginLimiter, LoginRate, SessionStore
+from optimizer_service.dashboard.standby import Role, StandbyGate, always_leading, names_leader, standby_health
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.metrics import CONTENT_TYPE, Stopwatch
 from optimizer_service.service.core import ServiceCore
@@ -65,7 +67,9 @@ def charts_available() -> bool:
     return (VENDOR / "uPlot.iife.min.js").is_file() and (VENDOR / "uPlot.min.css").is_file()
 
 
-def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig()) -> FastAPI:
+def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig(), role: Role = always_leading) -> FastAPI:
+    """The app over ``core``; ``role()`` says whether the service leads (a standby's core has not started:
+    :mod:`.standby`)."""
     app = FastAPI(title="p2 optimizer service", version="1", docs_url=None, redoc_url=None,
                   description="Jobs, plans, telemetry and the P² explorer of one optimizer service. "
                   "Mutations need the service's token as 'Authorization: Bearer TOKEN'.")
@@ -96,9 +100,14 @@ def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig()) -
     async def favicon() -> Response:
         return Response((STATIC / "favicon.svg").read_bytes(), media_type="image/svg+xml")
 
-    @app.get("/healthz", response_class=PlainTextResponse, summary="Liveness: 'ok' while the service runs")
-    async def healthz() -> str:
-        return "ok"
+    @app.get("/healthz", response_class=PlainTextResponse,
+             summary="Liveness: 'ok' on the leader; on a standby {status: standby, leader} (JSON)",
+             responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}}})
+    async def healthz(request: Request) -> Response:
+        leading, leader = role()
+        if leading:
+            return PlainTextResponse("ok")
+        return JSONResponse(standby_health(leader, names_leader(app.state.access, request)))
 
     @app.get("/metrics", summary="Prometheus metrics of the service and its jobs",
              responses={200: {"content": {CONTENT_TYPE.split(";")[0]: {"schema": {"type": "string"}}}},
@@ -117,6 +126,8 @@ def create_app(core: ServiceCore, config: DashboardConfig = DashboardConfig()) -
                                 str(response.status_code) if response.status_code >= 400 else None)
         return response
 
+    # Outside `measure`, inside the Host check: a standby answers its refusals before anything reads.
+    app.add_middleware(StandbyGate, role=role, access=app.state.access, json_answer=_json_answer)
     _install_errors(app)
     app.add_middleware(GuardMiddleware, hosts=app.state.access.hosts)     # outermost: before anything reads
     return app

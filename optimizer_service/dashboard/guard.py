@@ -3,7 +3,8 @@
 * A request whose ``Host`` is not on the allowlist (:mod:`.hosts`) is answered
   421 with one line and nothing else runs: that is what stops DNS rebinding
   from reading the dashboard. ``/healthz`` is exempt (probes dial an address
-  the operator may not list, and it says only "ok").
+  the operator may not list, and it says only "ok", or "standby": it names
+  the leader only to an allowed Host, :mod:`.standby`).
 * Every answer — pages, the API, errors, static files, refusals of other
   middlewares inside this one — carries the security headers
   (:data:`SECURITY_HEADERS`): a Content-Security-Policy that allows only this

@@ -43,6 +43,7 @@ import fcntl
 import logging
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +82,9 @@ class LeaseTiming:
 
 class Leadership(abc.ABC):
     """This service's claim to decide. ``leader`` is the leader's address as last seen
-    (this service's own once it leads); ``lost`` is set, with ``lost_by``, when it stops leading."""
+    (this service's own once it leads); ``lost`` is set, with ``lost_by``, when it stops leading.
+    ``on_standby`` is called once, when :meth:`acquire` first finds another service leading: the
+    store answered, so the service runs (as a standby) and may say so; a start that fails says one line."""
 
     def __init__(self, holder: str) -> None:
         self.holder = holder
@@ -89,6 +92,7 @@ class Leadership(abc.ABC):
         self.leading = False
         self.lost = asyncio.Event()
         self.lost_by: LeadershipLostError | None = None
+        self.on_standby: Callable[[], None] = lambda: None
 
     @abc.abstractmethod
     async def acquire(self) -> int | None:
@@ -185,7 +189,9 @@ class RedisLease(Leadership):
                 return epoch
             if holder != self.leader:
                 log.info("service: standby; the leader is %s", holder)
-                self.leader = holder
+                first, self.leader = self.leader is None, holder
+                if first:
+                    self.on_standby()
             await asyncio.sleep(self.timing.renew)
 
     async def keep(self) -> None:

@@ -10,9 +10,10 @@ stops taking calls, closes the ranks' streams and the store, whose every write
 was already durable.
 
 A service listens first (:meth:`Service.listen`: health checks answer, every
-other call is refused as a standby's) and decides only once it leads
-(:meth:`Service.lead`, :mod:`.leadership`): at once on SQLite or on a Redis
-store no other service leads; on Redis with a leader, when its lease expires.
+other call is refused as a standby's; the dashboard serves ``/metrics`` and
+``/healthz`` only, :mod:`optimizer_service.dashboard.standby`) and decides only
+once it leads (:meth:`Service.lead`, :mod:`.leadership`): at once on SQLite or on
+a Redis store no other service leads; on Redis with a leader, when its lease expires.
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ class Service:
         self.http_port = 0
         self.http_url = ""
         self._http_note = ""            # said once the service runs (a failed start says one line only)
+        self._http_said = False
         self._dashboard: DashboardServer | None = None
         self._http_socket: socket.socket | None = None
         self._credentials = None
@@ -135,7 +137,8 @@ class Service:
 
     async def listen(self) -> int:
         """Bind and serve gRPC as a standby (health checks answer; every other call is refused, naming
-        the leader); the bound port. Nothing of the store is touched but the single-writer guard."""
+        the leader), and the dashboard (``/metrics`` and ``/healthz``; the rest refused, naming the
+        leader); the bound port. Nothing of the store is touched but the single-writer guard."""
         credentials = server_credentials(self.config.tls_cert, self.config.tls_key, self.config.tls_ca)
         self._credentials = credentials
         # The dashboard speaks TLS with gRPC's certificate; its socket first: a bad --http touches no store.
@@ -162,10 +165,10 @@ class Service:
             else:
                 self.port = self.server.add_secure_port(self.config.listen, credentials)
         except RuntimeError as error:
-            self._abandon()
+            await self._abandon()
             raise InvalidInputError(f"cannot listen on {self.config.listen}: {error}") from None
         if self.port == 0:
-            self._abandon()
+            await self._abandon()
             raise InvalidInputError(f"cannot listen on {self.config.listen}: the address is in use or not local; "
                                     "give another with --listen HOST:PORT")
         self.address = self.config.advertise or advertised(self.config.listen, self.port)
@@ -173,12 +176,21 @@ class Service:
             self.leadership = leadership_for(self.config.store_url, self.config.default_store_path, self.address,
                                              self.config.lease)
         except BaseException:
-            self._abandon()
+            await self._abandon()
             raise
+        self.leadership.on_standby = self._say_http
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self.health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
         await self.server.start()
+        if self._http_socket is not None:
+            try:
+                await self._start_http()
+            except BaseException:
+                await self.server.stop(0)
+                await self.leadership.release()     # the SQLite guard's lock file (nothing else is held yet)
+                await self._abandon()
+                raise
         return self.port
 
     def _leader_status(self) -> tuple[bool, str | None]:
@@ -187,20 +199,20 @@ class Service:
 
     async def lead(self) -> None:
         """Wait for the leadership (as a standby while another service holds it), then recover the
-        store's jobs with the leader's epoch, serve the dashboard and answer every call."""
+        store's jobs with the leader's epoch and answer every call, on the dashboard too."""
         credentials = self._credentials
         try:
             epoch = await self.leadership.acquire()
             await self.core.start(epoch)
-            if self._http_socket is not None:
-                await self._start_http()
         except BaseException:
             await self.server.stop(0)
             await self.core.stop()
             await self.leadership.release()     # after the store's last write, as in stop()
-            self._abandon()
+            await self._abandon()
             raise
         self._led = True
+        self.metrics.on_leading(True)
+        self._say_http()
         self._keeper = asyncio.get_running_loop().create_task(self.leadership.keep())
         for name in ("", *SERVICE_NAMES):
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -215,11 +227,9 @@ class Service:
             log.warning("%s", warning)
         return self.port
 
-    def _abandon(self) -> None:
-        """A start that failed before serving: let the dashboard's socket go."""
-        if self._http_socket is not None:
-            self._http_socket.close()
-            self._http_socket = None
+    async def _abandon(self) -> None:
+        """A start that failed: the dashboard stops (a standby's serves since :meth:`listen`), its socket goes."""
+        await self._stop_http()
 
     async def _start_http(self) -> None:
         """The dashboard on ``config.http`` (or the inherited socket ``config.http_fd``), served on this
@@ -232,23 +242,38 @@ class Service:
         app = create_app(self.core, DashboardConfig(token=self.config.token, tokens=self.tokens,
                                                     public=self.config.dashboard_public,
                                                     limits=self.config.limits, tls=self._http_tls is not None,
-                                                    allowed_hosts=allowed_hosts(sock) + self.config.dashboard_hosts))
+                                                    allowed_hosts=allowed_hosts(sock) + self.config.dashboard_hosts),
+                         role=self._leader_status)
         self._dashboard = DashboardServer(app, sock, self.config.http_limits, self._http_tls)
         await self._dashboard.start()
+
+    def _say_http(self) -> None:
+        """Log where the dashboard is, once the service runs: as a standby (the store answered) or
+        the leader; not before, so a start that fails (the store down) says its one line only."""
+        if self._dashboard is None or self._http_said:
+            return
+        self._http_said = True
         if self._http_note:
             log.warning("%s", self._http_note)
-        log.info("service: dashboard on %s (at most %d connections)", self.http_url, self._dashboard.cap)
+        log.info("service: dashboard on %s (at most %d connections%s)", self.http_url, self._dashboard.cap,
+                 "" if self._led else "; a standby's: /metrics and /healthz until it leads")
 
     async def _stop_http(self) -> None:
+        """Stop the dashboard if it serves, and close its socket, served or only bound."""
         if self._dashboard is not None:
-            await self._dashboard.stop()
+            await self._dashboard.stop()            # it closes the socket
             self._dashboard = None
+        if self._http_socket is not None:
+            self._http_socket.close()
+            self._http_socket = None
 
     async def stop(self, grace: float = 2.0) -> None:
+        """Stop everything that was started, whether or not the service ever led."""
         await self.health.enter_graceful_shutdown()
         if self._keeper is not None:
             self._keeper.cancel()
-        await self._stop_http()
+        self.metrics.on_leading(False)
+        await self._stop_http()                         # a standby's too: it serves since listen()
         if self.server is not None:
             stopping = self.server.stop(grace)
             for job in self.core.jobs.values():       # end the ranks' streams so the grace period is not waited out

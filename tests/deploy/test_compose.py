@@ -315,7 +315,7 @@ def test_docker_compose_up_trains_the_example_job_planned_by_the_service(tmp_pat
         assert "step" in logs["worker-0"] + logs["worker-1"]
 
         # Prometheus scraped the service: the job's series come from the leader, whose target is up. (A
-        # standby serves no dashboard until it leads: its scrapes time out, so its target is down.)
+        # standby's /metrics has the service's own series only, p2_service_leader 0 among them.)
         prometheus = stack.published("prometheus", 9090)
         deadline, up, versions = time.monotonic() + 60, {}, []
         while time.monotonic() < deadline:

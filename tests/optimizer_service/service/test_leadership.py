@@ -6,25 +6,35 @@ The lease's operations on a real ``redis-server``, then real ``p2 serve``
 processes with a short lease (3 s, renewed every 0.5 s, given up after 2 s):
 a standby answers health checks and names the leader; the CLI finds the
 leader among several addresses; the standby takes over when the leader is
-SIGKILLed; a leader cut off from Redis stops before its lease can pass; a
-leader paused past its lease decides nothing once it resumes (the epoch
-fences it); a second service on an SQLite file is refused with one line.
+SIGKILLed; a standby's dashboard port serves /metrics (``p2_service_leader``)
+and /healthz and refuses the rest naming the leader, then serves everything
+on the same port once it leads; a leader cut off from Redis stops before its
+lease can pass; a leader paused past its lease decides nothing once it resumes
+(the epoch fences it); a second service on an SQLite file is refused with one
+line, and its dashboard's port is let go.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from urllib.parse import urlsplit
 
 import grpc
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from optimizer_service.plan import Plan
+from optimizer_service.service.leadership import StoreInUseError
+from optimizer_service.service.server import Service, ServiceConfig
 from optimizer_service.service.store import open_store
 from optimizer_service.wire.leader import LEADER_METADATA_KEY
 from p2.v1 import optimizer_pb2 as api
@@ -85,6 +95,14 @@ def test_a_newer_epoch_taken_outside_the_lease_stops_its_renewal(redis_url):
 
 
 # ----------------------------------------------------------------- real services
+def _stop(ranks: Ranks | None, *services: ServeProcess) -> None:
+    if ranks is not None:
+        ranks.close()
+    for service in services:
+        if service.process.poll() is None:
+            service.stop()
+
+
 def _refusal(address: str) -> grpc.RpcError:
     with grpc.insecure_channel(address) as channel, pytest.raises(grpc.RpcError) as raised:
         optimizer_pb2_grpc.OptimizerStub(channel).ListJobs(api.ListJobsRequest(), timeout=5)
@@ -121,11 +139,96 @@ def test_a_standby_names_the_leader_and_takes_over_when_it_is_killed(tmp_path, r
         assert [job["job_id"] for job in json.loads(listed.stdout)["jobs"]] == ["ha"]    # recovered from Redis
         assert "leads with epoch 2" in standby.log()
     finally:
-        if ranks is not None:
-            ranks.close()
-        for service in (leader, standby):
-            if service.process.poll() is None:
-                service.stop()
+        _stop(ranks, leader, standby)
+
+
+def _get(port: int, path: str) -> tuple[int, str, str]:
+    """``(status, content type, body)`` of GET ``path`` on the dashboard at ``port`` (0: no answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+            return response.status, response.headers.get("content-type", ""), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("content-type", ""), error.read().decode()
+    except OSError:
+        return 0, "", ""
+
+
+def _metrics(port: int) -> dict[tuple[str, tuple], float]:
+    status, _, text = _get(port, "/metrics")
+    assert status == 200, text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _refuses_connections(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+@pytest.mark.slow
+def test_a_standbys_dashboard_answers_metrics_and_health_and_serves_all_once_it_leads(tmp_path, redis_url):
+    leader = ServeProcess(tmp_path, env=LEASE_ENV, store=redis_url, dashboard=True)
+    http = free_port()
+    standby = ServeProcess(tmp_path, "--http", f"127.0.0.1:{http}", env=LEASE_ENV, store=redis_url,
+                           port=free_port(), standby=True)
+    ranks = Ranks(leader.address, "seen", 2)
+    try:
+        _until(lambda: _get(http, "/healthz")[0] == 200, 30, "the standby's dashboard")
+        standby_metrics, leader_metrics = _metrics(http), _metrics(leader.http_port)
+        assert standby_metrics[("p2_service_leader", ())] == 0 and leader_metrics[("p2_service_leader", ())] == 1
+        assert leader_metrics[("p2_ranks_connected", (("job_id", "seen"),))] == 2
+        assert not [name for name, labels in standby_metrics if dict(labels).get("job_id")], standby_metrics
+        status, kind, body = _get(http, "/healthz")
+        assert (status, json.loads(body)) == (200, {"status": "standby", "leader": leader.address}), body
+        assert _get(leader.http_port, "/healthz")[::2] == (200, "ok")
+        status, kind, body = _get(http, "/")
+        assert status == 503 and kind.startswith("text/html") and f"the leader is at {leader.address}" in body
+        status, kind, body = _get(http, "/api/jobs")
+        assert status == 503 and kind == "application/json", body
+        assert json.loads(body)["leader"] == leader.address and leader.address in json.loads(body)["error"]
+        assert "service: dashboard on" in standby.log() and "until it leads" in standby.log()
+
+        ranks.close()
+        ranks = None
+        leader.process.send_signal(signal.SIGKILL)
+        _until(lambda: health(standby.address) == "SERVING", 3 * TTL, "the standby to lead")
+        assert _metrics(http)[("p2_service_leader", ())] == 1
+        status, kind, body = _get(http, "/")
+        assert status == 200 and "seen" in body, body                 # the same port, the jobs recovered
+        status, _, body = _get(http, "/api/jobs")
+        assert status == 200 and [job["job_id"] for job in json.loads(body)["jobs"]] == ["seen"], body
+        assert _get(http, "/healthz")[::2] == (200, "ok")
+    finally:
+        _stop(ranks, leader, standby)
+
+
+def test_a_standbys_dashboard_stops_with_it_and_a_failed_start_lets_its_port_go(tmp_path, redis_url):
+    """``stop()`` of a service that never led stops its dashboard; a second service on an SQLite file
+    served a standby's dashboard while it listened, and its refused start closes that port."""
+    async def main():
+        never_led = Service(ServiceConfig(listen="127.0.0.1:0", store_url=redis_url, http="127.0.0.1:0"))
+        await never_led.listen()
+        answer = await asyncio.to_thread(_get, never_led.http_port, "/healthz")
+        assert answer[0] == 200 and json.loads(answer[2])["status"] == "standby", answer
+        await never_led.stop()
+        assert _refuses_connections(never_led.http_port)
+
+        store = f"sqlite:///{tmp_path / 'service.db'}"
+        first = Service(ServiceConfig(listen="127.0.0.1:0", store_url=store))
+        await first.start()
+        second = Service(ServiceConfig(listen="127.0.0.1:0", store_url=store, http="127.0.0.1:0"))
+        try:
+            await second.listen()
+            assert (await asyncio.to_thread(_get, second.http_port, "/healthz"))[0] == 200
+            with pytest.raises(StoreInUseError):
+                await second.lead()
+            assert _refuses_connections(second.http_port)
+        finally:
+            await first.stop()
+    asyncio.run(main())
 
 
 @pytest.mark.slow
