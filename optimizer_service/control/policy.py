@@ -155,9 +155,15 @@ def _timeouts(state: Policy, now: float) -> tuple[Policy, list[Action]]:
 
 # ---------------------------------------------------------------- iterations
 def _watch(state: Policy) -> tuple[Policy, list[Action]]:
-    """Observe the medians with every watch; a latched trigger that cleared is armed again (with a note)."""
+    """Observe the medians with every watch; a latched trigger that cleared is armed again (with a note).
+    Outside a :meth:`~Policy.quiet` window the watches on the iteration time count nothing (their
+    streaks start again) and only the per-channel one observes."""
     cfg, actions, watches = state.config, [], state.watches
     median, wait = state.median_seconds(), state.median_wait()
+    if not state.quiet():
+        shift = state.channel_shift()
+        moved = median is not None and shift is not None and abs(math.log(shift[1])) > math.log(1 + cfg.channel_drift)
+        return replace(state, watches=replace(watches.restart(), channel=watches.channel.count(moved))), actions
     predicted = state.predicted.get(state.running) if state.running else None
     slow, waits = watches.slow, watches.waits
     if median is not None and predicted:
@@ -342,11 +348,14 @@ def _on_iteration(state: Policy, event: Iteration, now: float) -> tuple[Policy, 
         known = state.measured.get(state.cluster, {}).get(state.running)
         if known is not None:       # re-installed where it ran: drift is measured against its median there
             state = replace(state, measurement=replace(state.measurement, baseline=known))
-    measurement = state.measurement.add(seconds, event.wait_seconds, event.channel_seconds, cfg)
-    state = replace(state, count=state.count + 1, last_index=event.index, measurement=measurement,
+    state = replace(state, count=state.count + 1, last_index=event.index,
                     passthrough=state.passthrough + (event.running_version == 0))
+    state = replace(state, measurement=state.measurement.add(seconds, event.wait_seconds, event.channel_seconds, cfg))
+    quiet = state.quiet()
+    if quiet:
+        state = replace(state, measurement=state.measurement.settle(cfg))
     median = state.median_seconds()
-    if median is not None:
+    if median is not None and quiet:
         known = {**state.measured.get(state.cluster, {}), state.running: median}
         state = replace(state, measured={**state.measured, state.cluster: known})
     state, actions = _watch(state)
@@ -378,7 +387,7 @@ def _on_search_done(state: Policy, event: SearchDone, now: float) -> tuple[Polic
     if event.bound_seconds is not None and math.isfinite(event.bound_seconds) and event.bound_seconds > 0:
         state = replace(state, bounds={**state.bounds, state.cluster: event.bound_seconds})
     state = _latch(replace(state, pending=None), pending.trigger)
-    median, running = state.median_seconds(), _name(state.running)
+    median, running = state.settled_seconds(), _name(state.running)
     expected, basis = _expected(event, median, running)
     gain = 1 - expected / median if median and expected is not None else None
     if gain is not None and gain > cfg.min_gain + 1e-12 and not state.paused:     # float noise at the threshold is no gain
@@ -577,6 +586,9 @@ def step(state: Policy, event: Event, now: float) -> tuple[Policy, list[Action]]
     handler = _HANDLERS.get(type(event))
     if handler is None:
         raise TypeError(f"the replanning policy has no rule for {type(event).__name__}")
+    before = state.pending
     state, actions = _timeouts(state, now)
     state, more = handler(state, event, now)
+    if before is not None and before.what == SEARCHING and state.pending != before:   # however it ended
+        state = replace(state, search_ended=state.count)
     return state, actions + more

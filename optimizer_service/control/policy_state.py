@@ -61,13 +61,16 @@ class Measurement:
     warm-up, which drift is measured against — a plan re-installed (rolled back
     to, restored) in a cluster state where it ran starts with its median there as
     its baseline: a change that came while another plan had no baseline yet (a
-    trial's) shows as that plan measuring far over its own median."""
+    trial's) shows as that plan measuring far over its own median. ``settled``: the
+    median of the latest window that no search of the job overlapped
+    (:meth:`Policy.quiet`)."""
 
     since_switch: int = 0
     window: tuple[tuple[float, float], ...] = ()
     channel_window: tuple[tuple[tuple[int, float], ...], ...] = ()
     baseline: float | None = None
     channel_baseline: tuple[tuple[int, float], ...] = ()
+    settled: float | None = None
 
     def add(self, seconds: float, wait_seconds: float, channel_seconds: Iterable[tuple[int, float]],
             config: PolicyConfig) -> Measurement:
@@ -77,12 +80,18 @@ class Measurement:
             window = (window + ((seconds, min(max(wait_seconds, 0.0) / seconds, 1.0)),))[-config.window:]
             channels = tuple((c, s) for c, s in channel_seconds if math.isfinite(s) and s >= 0)
             channel_window = (channel_window + (channels,))[-config.window:]
-        added = replace(self, since_switch=since, window=window, channel_window=channel_window)
-        median = added.median_seconds(config.min_samples)
-        if added.baseline is None and median is not None and since >= config.warmup + 2 * config.window:
-            added = replace(added, baseline=median,
-                            channel_baseline=tuple(added.channel_medians(config.min_samples).items()))
-        return added
+        return replace(self, since_switch=since, window=window, channel_window=channel_window)
+
+    def settle(self, config: PolicyConfig) -> Measurement:
+        """The window is :meth:`Policy.quiet`: its median is the ``settled`` one, and the baseline if
+        there is none yet and this is the second full window after the warm-up."""
+        median = self.median_seconds(config.min_samples)
+        if median is None:
+            return self
+        if self.baseline is not None or self.since_switch < config.warmup + 2 * config.window:
+            return replace(self, settled=median)
+        return replace(self, settled=median, baseline=median,
+                       channel_baseline=tuple(self.channel_medians(config.min_samples).items()))
 
     def median_seconds(self, min_samples: int) -> float | None:
         """The median iteration time, once ``min_samples`` are measured."""
@@ -149,7 +158,8 @@ class Policy:
     passthrough) that ran in it; ``bounds``: per cluster state, the lower bound
     on the iteration time its last search reported; ``bound_done``: the cluster
     state whose bound trigger already fired ("" when none did); ``unplanned``:
-    the versions that run no plan (0, and every rollback that re-installed it)."""
+    the versions that run no plan (0, and every rollback that re-installed it);
+    ``search_ended``: the count when the job's last search ended (see :meth:`quiet`)."""
 
     config: PolicyConfig
     cluster: str
@@ -174,6 +184,7 @@ class Policy:
     bounds: Mapping[str, float] = field(default_factory=dict)
     bound_done: str = ""
     unplanned: frozenset[int] = frozenset({0})
+    search_ended: int = 0
 
     @classmethod
     def new(cls, cluster: str, config: PolicyConfig | None = None) -> Policy:
@@ -186,9 +197,33 @@ class Policy:
             return SEARCHING if self.pending.what == SEARCHING else COMMITTING
         return EVALUATING if self.trial is not None else WAITING
 
+    def quiet(self) -> bool:
+        """No search of this job runs, and none ran while the window's iterations were measured (an
+        iteration's count is the ``count`` it made; ``search_ended`` the last counted during the search):
+        their median is evidence about the plan and the cluster. A search spans iterations (it waits
+        for traced ones, then computes), and a drift seen meanwhile cancelled it and started the next,
+        so on a noisy host searches never finished: a 2-rank DDP job of 12 ms steps under a load that
+        came and went every few seconds, with the Slurm test's policy (windows of 8), had 1, 7, 24 and
+        64 searches cancelled in four runs, the last without a plan in 2,000 steps (none with this
+        rule; the plan was committed within 2 s of the first search). Where the service shares the
+        ranks' cores (the Slurm script starts it on the allocation's first node; compose and the
+        emulated cluster run on one host), the search itself slows their steps too. So medians of a
+        window a search overlapped take no baseline, are not the plan's recorded median
+        (``measured``) nor the one a search's gain is judged on, and count for none of the watches
+        on the iteration time; the per-channel one compares channels with each other, which a busy
+        host slows alike, and stays on. A change that outlasts the search is seen one window after
+        it; where the service runs elsewhere that delay is the only cost."""
+        return self.phase != SEARCHING and self.count - len(self.measurement.window) >= self.search_ended
+
     def median_seconds(self) -> float | None:
         """The running plan's median iteration time, once ``min_samples`` are measured."""
         return self.measurement.median_seconds(self.config.min_samples)
+
+    def settled_seconds(self) -> float | None:
+        """The running plan's latest median over a :meth:`quiet` window since it started running (in
+        this cluster state), or its current median when it has none."""
+        settled = self.measurement.settled
+        return settled if settled is not None else self.median_seconds()
 
     def median_wait(self) -> float | None:
         """The running plan's median fraction of an iteration spent in dispatcher waits."""
@@ -224,5 +259,5 @@ class Policy:
                 "trial": None if self.trial is None else asdict(self.trial),
                 "measured": {cluster: {str(v): s for v, s in plans.items()}
                              for cluster, plans in self.measured.items()},
-                "bound_seconds": self.bounds.get(self.cluster),
+                "bound_seconds": self.bounds.get(self.cluster), "quiet": self.quiet(),
                 "config": {f.name: getattr(self.config, f.name) for f in fields(self.config)}}

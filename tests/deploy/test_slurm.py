@@ -11,8 +11,7 @@ under ``p2enforcer``). With the service the script starts in the allocation, the
 its 2 ranks, the service's replanning loop commits a plan, the ranks train under it, the job
 exits 0 and the service stopped. With a running one (``P2_SERVICE``) the script starts none and
 the ranks register there. The ranks' topology claims 2 nodes with 25 MB/s NICs so the model
-predicts a gain for the job; ``drift_trigger`` is high because 20 ms CPU steps on shared cores
-swing by more than the default 20 % and every such swing would restart the search.
+predicts a gain for the job.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from deploy.emulated.model import cluster_topology
 from optimizer_service.service.store import open_store
 from optimizer_service.settings import Settings
 from tests.support.cli import ROOT, p2
+from tests.support.required import unavailable_here
 from tests.support.service_process import ServeProcess
 from tests.support.slurm_cluster import SlurmCluster, free_port, start_slurm, unavailable
 
@@ -41,7 +41,7 @@ UNIT = SLURM / "p2-service.service"
 ENV_EXAMPLE = SLURM / "p2-service.env.example"
 README = SLURM / "README.md"
 POLICY = ["min_gain=0", "first_plan_after=8", "warmup=2", "window=8", "min_samples=4", "evaluate=4",
-          "consecutive=3", "cooldown=6", "drift_trigger=100"]
+          "consecutive=3", "cooldown=6"]
 AFTER_PLAN = 3
 MAX_STEPS = 1500          # a cap: --after-plan ends the job a few steps after its plan
 FIXED_STEPS = 20          # the job on a running service: registering is what it shows
@@ -108,7 +108,7 @@ def test_systemd_accepts_the_unit(tmp_path):
 def slurm(tmp_path_factory):
     reason = unavailable()
     if reason:
-        pytest.skip(reason)
+        unavailable_here(reason)
     cluster = start_slurm(tmp_path_factory.mktemp("slurm"))
     try:
         yield cluster

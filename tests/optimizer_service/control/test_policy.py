@@ -516,6 +516,50 @@ def test_a_plan_drifting_from_its_baseline_is_a_cluster_change_nobody_reported(f
     assert request.trigger == "cluster" and state.measured["A~d1"] == {1: PREDICTED * factor}
 
 
+def test_iterations_measured_while_the_job_s_search_runs_are_no_evidence_of_a_drift():
+    """Where the service shares the ranks' cores its search slows their steps: no drift (which would
+    cancel the search), no recorded median; a change that outlasts the search is still seen."""
+    state = running_plan()
+    state, _ = feed(state, PREDICTED, CFG.window, version=1)
+    assert state.measurement.baseline == PREDICTED and state.quiet()
+    state, [request] = step(state, ReplanNow("look"), 0.0)
+    state, actions = feed(state, PREDICTED * 1.5, 200, version=1)
+    assert actions == [] and state.phase == "searching" and not state.quiet()
+    assert state.measured["A"][1] == PREDICTED and state.watches.drift.streak == 0
+    state, actions = step(state, SearchDone(request.request, 2, PREDICTED, running_seconds=PREDICTED), 0.0)
+    [note] = notes(actions, "not-committed")
+    assert "on v1's measured 0.175 s" in note.reason and state.search_ended == state.count   # not the search's 0.263
+    # back to its time: the window still holds the search's iterations, and nothing drifts
+    state, actions = feed(state, PREDICTED, 100, version=1)
+    assert not notes(actions, "drift") and state.quiet() and state.measured["A"][1] == PREDICTED
+    # slower for good after a search: taken as a change once a window without the search shows it
+    state, [request] = step(state, ReplanNow("again"), 0.0)
+    state, _ = step(state, SearchDone(request.request, 3, PREDICTED, running_seconds=PREDICTED), 0.0)
+    ended = state.count
+    state, actions = feed(state, PREDICTED * 1.5, CFG.window + CFG.consecutive, version=1)
+    [drift] = notes(actions, "drift")
+    assert state.cluster == "A~d1" and "over its 0.175 s baseline for 10 iterations" in drift.reason
+    assert state.count - ended == CFG.window + CFG.consecutive
+
+
+def test_a_search_s_iterations_take_no_baseline_and_the_gain_is_judged_on_a_quiet_median():
+    state, request = first_request()
+    state, actions = feed(state, PASSTHROUGH * 2, 3 * CFG.window)       # the search slows every step
+    assert actions == [] and state.measurement.baseline is None and state.measured["A"] == {0: PASSTHROUGH}
+    state, actions = step(state, SearchDone(request.request, 1, PREDICTED, running_seconds=PASSTHROUGH), 0.0)
+    [commit] = of(actions, Commit)
+    assert commit.baseline_seconds == PASSTHROUGH and commit.predicted_seconds == pytest.approx(PREDICTED)
+
+
+def test_a_search_s_iterations_keep_the_baseline_for_after_it():
+    state, request = first_request()
+    state, _ = feed(state, PASSTHROUGH * 2, 10)
+    state, actions = step(state, SearchDone(request.request, 1, PASSTHROUGH, running_seconds=PASSTHROUGH), 0.0)
+    assert notes(actions, "not-committed")
+    state, actions = feed(state, PASSTHROUGH, 2 * CFG.window)
+    assert not notes(actions, "drift") and state.measurement.baseline == PASSTHROUGH
+
+
 def channel_run(state, seconds, n, ch0, ch1):
     """``n`` iterations of v1 whose motifs took ``ch0`` and ``ch1`` seconds on channels 0 and 1."""
     actions = []
@@ -648,7 +692,7 @@ def test_state_summary_is_json_and_actions_read_as_text():
     assert list(summary) == ["phase", "paused", "cluster", "running", "iterations", "cooldown_left", "median_seconds",
                              "median_wait_fraction", "predicted_seconds", "due", "baseline_seconds",
                              "channel_baseline_seconds", "streaks", "latched", "fruitless", "pending", "trial",
-                             "measured", "bound_seconds", "config"]
+                             "measured", "bound_seconds", "quiet", "config"]
     assert summary["pending"] == {"what": "searching", "trigger": "first", "since": 0.0, "request": 1, "version": 0,
                                   "due": ""}
     assert summary["streaks"] == {"slow": 0, "waits": 0, "drift": 0, "channel": 0, "restore": 0}
@@ -756,10 +800,12 @@ class Run:
                 assert isinstance(event, SearchDone) and action.predicted_seconds == event.predicted_seconds
                 assert action.version == event.version
                 assert action.gain > SMALL.min_gain, "committed below the gain threshold"
-                # the baseline: the median of the latest measured iterations of the running plan in this state
+                # the baseline: the median of a window of the running plan's measured iterations in this state
+                # (the latest one no search overlapped, else the latest)
                 latest = [seconds for seconds, part in self.fed if part == self.segment][SMALL.warmup:]
-                assert any(statistics.median(latest[-n:]) == action.baseline_seconds
-                           for n in range(SMALL.min_samples, min(len(latest), SMALL.window) + 1))
+                assert any(statistics.median(latest[end - n:end]) == action.baseline_seconds
+                           for n in range(SMALL.min_samples, min(len(latest), SMALL.window) + 1)
+                           for end in range(n, len(latest) + 1))
 
 
 #: Two runs hypothesis found (shrunk) where a commit that failed or timed out was counted as a switch.
