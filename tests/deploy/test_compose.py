@@ -31,6 +31,7 @@ import pytest
 import yaml
 
 from tests.support.cli import ROOT
+from tests.support.required import unavailable_here
 from tests.support.service_process import ServeProcess, free_port
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -51,7 +52,7 @@ TRAIN_TIMEOUT = 600
 def compose_command() -> str:
     found = shutil.which("docker-compose")
     if found is None:
-        pytest.skip("docker-compose is not installed (apt-get install docker-compose)")
+        unavailable_here("docker-compose is not installed (apt-get install docker-compose)")
     return found
 
 
@@ -176,7 +177,7 @@ def docker_daemon(tmp_path_factory) -> Iterator[None]:
         return
     dockerd = shutil.which("dockerd")
     if dockerd is None or os.geteuid() != 0:
-        pytest.skip("no Docker daemon answers and none can be started here (needs root and dockerd: "
+        unavailable_here("no Docker daemon answers and none can be started here (needs root and dockerd: "
                     "apt-get install docker.io)")
     folder = tmp_path_factory.mktemp("dockerd")
     started, log = None, ""
@@ -198,7 +199,7 @@ def docker_daemon(tmp_path_factory) -> Iterator[None]:
             process.wait(30)
         log += log_path.read_text()[-2000:]
     if started is None:
-        pytest.skip(f"no Docker daemon answers and dockerd did not start here:\n{log}")
+        unavailable_here(f"no Docker daemon answers and dockerd did not start here:\n{log}")
     try:
         yield
     finally:
