@@ -235,13 +235,16 @@ def test_telemetry_with_motif_timings_reaches_the_replanning_policy_per_channel(
 
     async def scenario(h: Harness):
         ranks = await h.join("job-t", 2)
+        replanner = h.service.core.replanner
+        # the topology is read off the event loop; iterations fed before it is known would be measured
+        # in the cluster state it then replaces (and dropped with it): wait for it first
+        await h.until(lambda: replanner.topology_yaml(h.service.core.jobs["job-t"]) != "")
         for iteration in range(1, 4):
             for sim in ranks:
                 motifs = [link.MotifTiming(op_seq=0, order=k, channel=k % 2, duration_seconds=0.01 * (sim.rank + 1))
                           for k in range(3)]          # channel 0 twice, channel 1 once
                 sim.send(link.RankMessage(telemetry=link.Telemetry(
                     job_id="job-t", iteration=iteration, duration_seconds=0.1, motifs=motifs)))
-        replanner = h.service.core.replanner
         await h.until(lambda: len(replanner.policy("job-t").measurement.channel_window) >= 2)
         assert all(sim.error is None for sim in ranks)
         policy = replanner.policy("job-t")
