@@ -154,6 +154,12 @@ def _timeouts(state: Policy, now: float) -> tuple[Policy, list[Action]]:
 
 
 # ---------------------------------------------------------------- iterations
+def _channel_moved(state: Policy) -> bool:
+    """A channel's motif time moved against channel 0's by more than ``channel_drift`` (either way)."""
+    shift = state.channel_shift()
+    return shift is not None and abs(math.log(shift[1])) > math.log(1 + state.config.channel_drift)
+
+
 def _watch(state: Policy) -> tuple[Policy, list[Action]]:
     """Observe the medians with every watch; a latched trigger that cleared is armed again (with a note).
     Outside a :meth:`~Policy.quiet` window the watches on the iteration time count nothing (their
@@ -161,8 +167,7 @@ def _watch(state: Policy) -> tuple[Policy, list[Action]]:
     cfg, actions, watches = state.config, [], state.watches
     median, wait = state.median_seconds(), state.median_wait()
     if not state.quiet():
-        shift = state.channel_shift()
-        moved = median is not None and shift is not None and abs(math.log(shift[1])) > math.log(1 + cfg.channel_drift)
+        moved = median is not None and _channel_moved(state)
         return replace(state, watches=replace(watches.restart(), channel=watches.channel.count(moved))), actions
     predicted = state.predicted.get(state.running) if state.running else None
     slow, waits = watches.slow, watches.waits
@@ -186,9 +191,7 @@ def _watch(state: Policy) -> tuple[Policy, list[Action]]:
         drift = baseline is not None and abs(median / baseline - 1) > cfg.drift_trigger
         best = state.best(excluding=state.running)
         better = best is not None and best[1] < median * (1 - cfg.restore_gain)
-        shift = state.channel_shift()
-        moved = shift is not None and abs(math.log(shift[1])) > math.log(1 + cfg.channel_drift)
-        watches = replace(watches, drift=watches.drift.count(drift), channel=watches.channel.count(moved),
+        watches = replace(watches, drift=watches.drift.count(drift), channel=watches.channel.count(_channel_moved(state)),
                           restore=watches.restore.count(better))
     return replace(state, watches=watches), actions
 
@@ -348,9 +351,9 @@ def _on_iteration(state: Policy, event: Iteration, now: float) -> tuple[Policy, 
         known = state.measured.get(state.cluster, {}).get(state.running)
         if known is not None:       # re-installed where it ran: drift is measured against its median there
             state = replace(state, measurement=replace(state.measurement, baseline=known))
-    state = replace(state, count=state.count + 1, last_index=event.index,
+    measurement = state.measurement.add(seconds, event.wait_seconds, event.channel_seconds, cfg)
+    state = replace(state, count=state.count + 1, last_index=event.index, measurement=measurement,
                     passthrough=state.passthrough + (event.running_version == 0))
-    state = replace(state, measurement=state.measurement.add(seconds, event.wait_seconds, event.channel_seconds, cfg))
     quiet = state.quiet()
     if quiet:
         state = replace(state, measurement=state.measurement.settle(cfg))
