@@ -165,10 +165,10 @@ class Service:
             else:
                 self.port = self.server.add_secure_port(self.config.listen, credentials)
         except RuntimeError as error:
-            await self._abandon()
+            await self._stop_http()
             raise InvalidInputError(f"cannot listen on {self.config.listen}: {error}") from None
         if self.port == 0:
-            await self._abandon()
+            await self._stop_http()
             raise InvalidInputError(f"cannot listen on {self.config.listen}: the address is in use or not local; "
                                     "give another with --listen HOST:PORT")
         self.address = self.config.advertise or advertised(self.config.listen, self.port)
@@ -176,7 +176,7 @@ class Service:
             self.leadership = leadership_for(self.config.store_url, self.config.default_store_path, self.address,
                                              self.config.lease)
         except BaseException:
-            await self._abandon()
+            await self._stop_http()
             raise
         self.leadership.on_standby = self._say_http
         for name in ("", *SERVICE_NAMES):
@@ -187,8 +187,6 @@ class Service:
             try:
                 await self._start_http()
             except BaseException:
-                await self.server.stop(0)
-                await self.leadership.release()     # the SQLite guard's lock file (nothing else is held yet)
                 await self._abandon()
                 raise
         return self.port
@@ -205,9 +203,6 @@ class Service:
             epoch = await self.leadership.acquire()
             await self.core.start(epoch)
         except BaseException:
-            await self.server.stop(0)
-            await self.core.stop()
-            await self.leadership.release()     # after the store's last write, as in stop()
             await self._abandon()
             raise
         self._led = True
@@ -228,7 +223,12 @@ class Service:
         return self.port
 
     async def _abandon(self) -> None:
-        """A start that failed: the dashboard stops (a standby's serves since :meth:`listen`), its socket goes."""
+        """A start that failed once gRPC served: gRPC stops, the core (started or not) stops, the lease
+        or the SQLite guard's lock goes after the core's last write (as in :meth:`stop`), and the
+        dashboard (a standby's serves since :meth:`listen`) with its socket."""
+        await self.server.stop(0)
+        await self.core.stop()
+        await self.leadership.release()
         await self._stop_http()
 
     async def _start_http(self) -> None:
