@@ -201,6 +201,15 @@ function jobPage(root) {
     document.getElementById("fit-effects").replaceChildren(...(fit.effects || []).map(e => el("li", {},
       `prediction without ${e.parameter}: ${fmt(e.predicted_seconds_without)} (with all: ${fmt(fit.predicted_seconds)})`)));
     document.getElementById("fit-hosts").replaceChildren(...hosts);
+    // A first search's second reading of its window (search_view.other_reading), the same sentence as the page's.
+    const other = fit.other_reading;
+    const otherRows = other ? Object.keys(other.channels || {}).sort((a, b) => a - b)
+      .map(c => ["channel " + c, other.channels[c]]).concat(other.host ? [["host", other.host]] : [])
+      .filter(([, e]) => typeof e.motif_seconds === "number") : [];
+    setText("fit-other", other ? "Chosen by the worse of this fit and the window read with every link as calibrated: " +
+      otherRows.map(([where, e]) => `${where} ${fmt(e.motif_seconds)}`).join(", ") + " per motif" +
+      (typeof other.chosen_seconds === "number" ? `; the chosen plan at the worse reading ${fmt(other.chosen_seconds)}` : "") +
+      "." : "");
   }
 
   every(3 * POLL_MS, async () => {
