@@ -42,7 +42,11 @@ figures say so.
     .venv/bin/python benchmarks/loop.py [--jobs dlrm,ddp,fsdp] [--fabrics lossless,lossy] [--runs 3]
         [--steps 200] [--quick] [--out benchmarks/results] [-- more p2 demo options]
 
-Writes ``loop.json`` and ``loop.png`` under ``--out`` and prints a summary.
+Writes ``loop.json`` and ``loop.png`` under ``--out`` and prints a summary, and
+keeps each run's service store, logs and search records under
+``--out/runs/JOB-FABRIC-RUN/`` (:data:`KEPT`): every plan's body and every
+decision (each search's fitted model) stay there to be read afterwards, and
+each search's inputs to be searched again (``benchmarks/replay.py``).
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,6 +81,22 @@ ITERATIONS_TO_COMMIT = 30
 #: head-to-head runs.
 FULL = {"steps": 200, "peer_steps": 40, "h2h_steps": 30, "h2h_rounds": 2, "demo_args": []}
 QUICK = {"steps": 130, "peer_steps": 12, "h2h_steps": 12, "h2h_rounds": 1, "demo_args": ["--search-budget", "1"]}
+
+
+#: What each run keeps of its work folder (``--out/runs/JOB-FABRIC-RUN/``): the demo's JSON, the
+#: service's store, its log, the demo's and the head-to-head's logs, and the folder of search records (each search's
+#: trace windows and outcome: ``benchmarks/replay.py`` searches them again). The ranks' log stays.
+KEPT = ("demo.json", "service.db", "service.log", "demo.log", "h2h.log", "searches")
+
+
+def keep(work: Path, folder: Path) -> None:
+    """Copy what :data:`KEPT` names of a run's ``work`` folder (what exists) to ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in KEPT:
+        if (work / name).is_file():
+            shutil.copy2(work / name, folder / name)
+        elif (work / name).is_dir():
+            shutil.copytree(work / name, folder / name, dirs_exist_ok=True)
 
 
 def one_run(job: str, fabric: str, steps: int, peer_steps: int, throttle: float, cluster: str, extra: list[str],
@@ -350,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                     report = one_run(job, fabric, steps, peer_steps, args.throttle, clusters["demo"], demo_args, work)
                     h2h = (head_to_head(report, work, h2h_steps, h2h_rounds, clusters["h2h"])
                            if can_manage_namespaces() else {})
+                    keep(work, args.out / "runs" / f"{job}-{fabric}-{run}")
                 report["head_to_head"], report["run"] = h2h, run
                 row = figures(report, h2h, run)
                 row["goals"] = goals(row)

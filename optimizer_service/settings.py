@@ -49,6 +49,9 @@ class Settings(BaseSettings):
                                    "$XDG_STATE_HOME/p2, else ~/.local/state/p2)")
     crash_at: str | None = Field(None, description="testing only: 'p2 serve' SIGKILLs itself at this protocol "
                                  "point (e.g. decision-persisted, commit-sent-to-one); see service/core.py")
+    search_records: Path | None = Field(None, description="folder where 'p2 serve' writes each live search's "
+                                        "inputs and outcome (JOB-vVERSION.json; 'p2 serve --record-searches'), to "
+                                        "be searched again with benchmarks/replay.py")
     vote_timeout: float = Field(10.0, gt=0, description="seconds the service waits for every rank's vote")
     max_jobs: int = Field(1_000, ge=1, le=1_000_000, description="most jobs the service holds; a Register for "
                           "one more is refused until 'p2 jobs delete' removes one")

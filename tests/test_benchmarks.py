@@ -258,3 +258,66 @@ def test_loop_benchmark_refuses_bad_options_with_one_line(args, words, capsys):
     with pytest.raises(SystemExit) as stopped:
         loop_bench.main(args)
     assert stopped.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_loop_benchmark_keeps_each_runs_store_and_logs(tmp_path):
+    """What a run leaves to be read afterwards: the store (every plan and decision), the logs that
+    exist and the search records, copied as they are; the ranks' log stays behind."""
+    from benchmarks import loop as loop_bench
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "service.db").write_bytes(b"SQLite format 3\x00" + bytes(64))
+    (work / "service.log").write_text("searched v1\n")
+    (work / "ranks.log").write_text("rank output\n")
+    (work / "searches").mkdir()
+    (work / "searches" / "job-v1.json").write_text("{}\n")
+    kept = tmp_path / "out" / "runs" / "ddp-lossless-1"
+    loop_bench.keep(work, kept)
+    assert sorted(path.name for path in kept.iterdir()) == ["searches", "service.db", "service.log"]
+    assert (kept / "searches" / "job-v1.json").read_text() == "{}\n"
+    assert (kept / "service.db").read_bytes() == (work / "service.db").read_bytes()
+
+
+def test_replay_searches_a_record_again_with_its_seed_and_others(tmp_path, capsys):
+    """A real live search's record (the inputs and outcome the service writes), searched again:
+    the recorded seed gives the recorded plan and prediction, each further seed a prediction."""
+    from benchmarks import replay
+    from optimizer_service.service import planning, search_record
+    from tests.optimizer_service.syndicate.test_live_search import TOPOLOGY, passthrough_traces
+
+    traces = passthrough_traces([0.02] * 8)
+    outcome = planning.search(traces, TOPOLOGY.to_yaml(), 0, None, 5_000, None)
+    search_record.write(tmp_path / "searches", search_record.SearchRecord(
+        "job-r", 1, "state", traces, TOPOLOGY.to_yaml(), 0, None, 5_000, None, outcome.plan_json, outcome.to_dict()))
+    demo = tmp_path / "demo.json"          # what p2 demo measured under v1 on its cluster state
+    demo.write_text(json.dumps({"plans": [{"plan_version": 1, "cluster": "before", "steps": 30,
+                                           "measured_iteration_seconds": 0.05, "predicted_iteration_seconds": 0.04}]}))
+    assert replay.main([str(tmp_path / "searches"), "--seeds", "2", "--demo", str(demo),
+                        "--out", str(tmp_path / "out")]) == 0
+    (row,) = json.loads((tmp_path / "out" / "replay.json").read_text())["records"]
+    assert row["reproduced"] and row["first_in_state"] and [s["seed"] for s in row["seeds"]] == [1, 2]
+    assert row["measured_seconds"] == 0.05 and row["prediction_error"] == pytest.approx(0.04 / 0.05 - 1)
+    assert all(s["predicted_seconds"] > 0 for s in row["seeds"]) and row["seed_spread"] >= 0
+    assert (tmp_path / "out" / "replay.png").stat().st_size > 0
+    assert "job-r-v1.json" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, more, words", [
+    ("absent", [], "is neither a search record nor a folder"),
+    ("x.json", [], "is not a search record"),
+    ("empty", [], "holds no search record"),
+    ("x.json", ["--demo", "x.json"], "is not p2 demo's JSON with its 'plans'"),
+])
+def test_replay_refuses_bad_input_with_one_line(tmp_path, monkeypatch, name, more, words, capsys):
+    from benchmarks import replay
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "x.json").write_text("{}")
+    (folder / "empty").mkdir()
+    monkeypatch.chdir(folder)
+    with pytest.raises(SystemExit) as stopped:
+        replay.main([name, *more, "--out", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert stopped.value.code == 2 and words in error and error.count("\n") == 1

@@ -59,7 +59,7 @@ from optimizer_service.settings import Settings
 @click.option("--loopback", is_flag=True, help="Run on loopback even as root (no NICs: no speed-up to show).")
 @name_option("p2demo", "The demo cluster's name")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Where the store, logs and traces go (default: a new temporary folder).")
+              help="Where the store, logs, traces and search records go (default: a new temporary folder).")
 @click.option("--json", "json_out", metavar="OUT", help="Write the results as JSON ('-' for stdout).")
 @click.option("--plot", "plot_out", type=click.Path(dir_okay=False, path_type=Path), metavar="OUT.png",
               help="Plot iteration time over the run, with plan switches and the change.")

@@ -205,7 +205,8 @@ class DemoRun:
         policy = [arg for item in items for arg in ("--policy", item)]
         argv = [sys.executable, "-m", "optimizer_service.cli", "serve", "--listen", f"{host}:0", "--port-file",
                 str(port_file), "--store", f"sqlite:///{db}", "--topology", str(self.topology_path),
-                "--search-budget", f"{config.search_budget:g}", *policy]
+                "--search-budget", f"{config.search_budget:g}", "--record-searches", str(self.work / "searches"),
+                *policy]
         # The dashboard's socket is bound here, on the host, and handed over: the service runs inside
         # node 0's namespace, where a browser on the host could not reach it.
         http = self._dashboard_socket()

@@ -76,6 +76,10 @@ from p2.v1 import optimizer_pb2 as api
 @click.option("--search-budget", type=click.FloatRange(min=0.1, max=3600), default=5.0, show_default=True,
               metavar="SECONDS", help="How long a live job's search may take before it is stopped (plus a "
               "minute's grace); the search itself stops by its evaluations, so the same traces give the same plan.")
+@click.option("--record-searches", "record_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Write each live search's inputs (the ranks' trace windows, topology, seed, prior fit) and "
+              "outcome here as JOB-vVERSION.json, to be searched again off the job with benchmarks/replay.py "
+              "(default: P2_SEARCH_RECORDS, else none).")
 @click.option("--policy", "policy_items", multiple=True, metavar="KEY=VALUE",
               help="Replanning policy setting, e.g. --policy first_plan_after=30 --policy min_gain=0.1 "
               "(names and defaults: 'p2 serve --policy help').")
@@ -83,7 +87,7 @@ from p2.v1 import optimizer_pb2 as api
 def serve(settings: Settings, listen: str, store_url: str | None, token_file: Path | None, tls_cert: str | None,
           tls_key: str | None, tls_ca: str | None, advertise: str | None, port_file: Path | None, http: str | None,
           http_port_file: Path | None, http_fd: int | None, replan: bool, topology: str | None, search_budget: float,
-          policy_items: tuple[str, ...]) -> None:
+          record_dir: Path | None, policy_items: tuple[str, ...]) -> None:
     """Run the optimizer service: jobs register, plans are committed to their
     ranks with two-phase commit, and every decision is stored. Logs one line
     per job and plan event; stops cleanly on SIGTERM or Ctrl-C.
@@ -116,7 +120,8 @@ def serve(settings: Settings, listen: str, store_url: str | None, token_file: Pa
                            tls_ca=tls_ca, timing=Timing(vote_timeout=settings.vote_timeout),
                            crash_at=settings.crash_at,
                            replan=ReplanConfig(enabled=replan, policy=policy_config(policy_items),
-                                               topology=topology_text(topology), budget=search_budget),
+                                               topology=topology_text(topology), budget=search_budget,
+                                               record_dir=str(record_dir or settings.search_records or "")),
                            http=None if http_address.lower() in ("off", "none", "") else http_address,
                            dashboard_public=settings.dashboard_public,
                            http_fallback=http is None and settings.http is None, http_fd=http_fd,

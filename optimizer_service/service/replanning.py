@@ -24,6 +24,10 @@ the servicers call. It sees the core only as a
   ``fitted`` event), for the next search in its cluster state. The
   coordinator's decisions come back as :class:`Committed` /
   :class:`CommitFailed` (:meth:`Replanner.decided`).
+* **Search records.** With ``record_dir`` set (``p2 serve --record-searches``),
+  each search's inputs and outcome are written there as one file
+  (:mod:`optimizer_service.service.search_record`), to be searched again off
+  the job.
 * **Record.** Every action and note is published as a job event and stored
   with its kind and reason (``ReplanHost.record``). A plan the policy commits
   carries the iteration time the policy expects of it
@@ -39,6 +43,7 @@ import asyncio
 import hashlib
 import logging
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from optimizer_service.control import policy as rules
 from optimizer_service.control.policy import (
@@ -62,6 +67,7 @@ from optimizer_service.control.policy import (
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.metrics import ServiceMetrics
 from optimizer_service.plan import Plan
+from optimizer_service.service import search_record
 from optimizer_service.service.jobs import Job
 from optimizer_service.service.live import JobIteration
 from optimizer_service.service.planning import Planner, resolve_topology, short_error
@@ -87,6 +93,7 @@ class ReplanConfig:
     trace_iterations: int = TRACE_ITERATIONS    # finished iterations of every rank's trace a search reads
     seed: int = 0
     evaluations: int = LIVE_EVALUATIONS         # the most each MCMC search evaluates (it never stops by time)
+    record_dir: str = ""            # where each search's inputs and outcome are written (search_record); "": nowhere
 
 
 def cluster_key(topology_yaml: str) -> str:
@@ -268,17 +275,21 @@ class JobLoop:
             if not self.topology_yaml:
                 raise InvalidInputError(self.topology_error or "the job's topology is not known yet")
             running = self.job.coordinator.committed_plan
+            running_json = running.to_json() if running is not None and running.ops else None
             cluster = self.policy.cluster
             prior = self._prior_fit(cluster)
             traces = await self.host.collect_traces(self.job.job_id, self.config.trace_iterations)
             outcome = await self.planner.plan(traces, self.topology_yaml, self.config.budget, self.config.seed,
-                                              running.to_json() if running is not None and running.ops else None,
-                                              self.config.evaluations, prior)
+                                              running_json, self.config.evaluations, prior)
             if outcome.fit:
                 self._fit = (cluster, outcome.fit)
             plan = Plan.parse(outcome.plan_json)
             state = await self.host.store_plan(self.job.job_id, plan, origin=f"search r{request}",
                                                predicted_seconds=outcome.predicted_seconds)
+            if self.config.record_dir:
+                self._start(self._keep_record(search_record.SearchRecord(
+                    self.job.job_id, state.version, cluster, traces, self.topology_yaml, self.config.seed,
+                    running_json, self.config.evaluations, prior, outcome.plan_json, outcome.to_dict())))
         except asyncio.CancelledError:
             raise
         except Exception as error:      # a failed search is the policy's to handle, with its reason
@@ -306,6 +317,14 @@ class JobLoop:
                          {"iteration": self.policy.last_index, "phase": self.policy.phase, "search": outcome.to_dict()})
         self._feed(SearchDone(request, state.version, outcome.predicted_seconds, outcome.running_seconds,
                               outcome.bound_seconds))
+
+    async def _keep_record(self, record: search_record.SearchRecord) -> None:
+        """Write the search's record (``record_dir``) off the event loop; a failure costs only the record."""
+        try:
+            await asyncio.to_thread(search_record.write, Path(self.config.record_dir), record)
+        except (OSError, TypeError, ValueError) as error:
+            log.warning("job %s: search record of v%d not written to %s: %s", self.job.job_id, record.version,
+                        self.config.record_dir, getattr(error, "strerror", None) or error)
 
     async def _commit(self, version: int) -> None:
         try:

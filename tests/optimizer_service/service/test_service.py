@@ -17,6 +17,7 @@ from optimizer_service.control.coordinator import Timing
 from optimizer_service.control.policy import PolicyConfig
 from optimizer_service.plan import Plan
 from optimizer_service.plan.proto_codec import plan_to_proto
+from optimizer_service.service import planning, search_record
 from optimizer_service.service.replanning import ReplanConfig
 from optimizer_service.service.server import Service, ServiceConfig
 from optimizer_service.wire.credentials import bearer
@@ -337,9 +338,12 @@ def test_each_plan_and_passthrough_are_shown_beside_the_bound_and_a_restart_keep
 def test_a_jobs_latest_search_shows_its_fitted_model_and_bound_and_a_restart_reads_it_back(tmp_path):
     """A real search (ranks answer the trace request, the worker process plans): GetJob carries the
     job's latest ``searched`` decision with the model fitted to the job's telemetry, each fitted
-    value's effect and the bound; ListJobs leaves it out; a restarted service reads it from the store."""
+    value's effect and the bound; ListJobs leaves it out; a restarted service reads it from the store.
+    The search's record (``record_dir``) holds the windows it read: searched again, they give its plan."""
     traces = passthrough_traces([0.02] * 8)
-    replan = ReplanConfig(policy=PolicyConfig(first_plan_after=100_000), topology=LIVE_TOPOLOGY.to_yaml())
+    records = tmp_path / "searches"
+    replan = ReplanConfig(policy=PolicyConfig(first_plan_after=100_000), topology=LIVE_TOPOLOGY.to_yaml(),
+                          record_dir=str(records))
 
     async def first(h: Harness):
         ranks = await h.join("job-f", 4)
@@ -356,6 +360,7 @@ def test_a_jobs_latest_search_shows_its_fitted_model_and_bound_and_a_restart_rea
         await h.until(lambda: job.live.history and job.live.history[-1].index == 3)
         assert core.replan_now("job-f", "test")["phase"] == "searching"
         await h.until(lambda: job.latest_search is not None, timeout=60)
+        await h.until(lambda: (records / f"job-f-v{job.latest_search['version']}.json").is_file(), timeout=10)
         shown = await h.call("GetJob", api.GetJobRequest(job_id="job-f"))
         listed = await h.call("ListJobs", api.ListJobsRequest())
         stored = await core.decisions("job-f", 100)
@@ -383,3 +388,11 @@ def test_a_jobs_latest_search_shows_its_fitted_model_and_bound_and_a_restart_rea
 
     again = run(second, config(tmp_path, replan=replan))
     assert json.loads(again.latest_search) == decision
+
+    record = search_record.read(records / f"job-f-v{decision['version']}.json")
+    assert (record.job_id, record.version, record.prior_fit, record.running_plan_json) == \
+        ("job-f", decision["version"], None, None)
+    assert len(record.traces) == 4 and record.outcome == search
+    replayed = planning.search(record.traces, record.topology_yaml, record.seed, record.running_plan_json,
+                               record.evaluations, record.prior_fit)
+    assert replayed.plan_json == record.plan_json and replayed.predicted_seconds == search["predicted_seconds"]
