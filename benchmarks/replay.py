@@ -1,5 +1,5 @@
-"""Live searches searched again, off the job: is a search reproducible, and how much do its seed and
-budget move what it finds (issue 32, items 3 and 4)?
+"""Live searches searched again, off the job: is a search reproducible, and how much does its seed
+move what it finds (issue 32, items 3 and 4)?
 
 Input: search records (``p2 serve --record-searches DIR``; ``p2 demo`` and ``benchmarks/loop.py``
 keep them: ``--out/runs/JOB-FABRIC-RUN/searches/``). Each record holds one live search's inputs
@@ -11,9 +11,7 @@ fit) and what it found. Per record this runs the same search in this process
   evaluations, never by the clock, so a window gives one plan;
 * with ``--seeds`` more seeds: each one's predicted iteration time and whether it chose another
   plan, so the spread the seed alone puts on a first plan is measured on the windows a real run
-  saw, apart from what differs from one run's windows to the next;
-* with ``--evaluations`` (a larger budget, optional): whether a longer search finds a faster plan
-  on the same model.
+  saw, apart from what differs from one run's windows to the next.
 
 Each record's plan is shown with what the job then measured under it and the policy's
 prediction of it (the model's ratio applied to the running plan's measured time), so a model
@@ -22,7 +20,7 @@ change can be judged on the windows that misled it: with ``--demo`` (``p2 demo``
 plan was committed for; else with ``--store`` (the service's ``service.db``) the plan's stored
 median, over every iteration it ran (across a cluster change too).
 
-    .venv/bin/python benchmarks/replay.py RECORD|FOLDER ... [--seeds 4] [--evaluations N]
+    .venv/bin/python benchmarks/replay.py RECORD|FOLDER ... [--seeds 4]
         [--demo demo.json | --store service.db] [--out benchmarks/results/replay]
 
 Writes ``replay.json`` and ``replay.png`` under ``--out`` and prints a summary. Bad input: one
@@ -73,10 +71,10 @@ def _ops(plan_json: str) -> list:
     return json.loads(plan_json).get("ops", [])
 
 
-def run_search(record: search_record.SearchRecord, seed: int, evaluations: int | None) -> dict:
+def run_search(record: search_record.SearchRecord, seed: int) -> dict:
     started = time.perf_counter()
-    outcome = search(record.traces, record.topology_yaml, seed, record.running_plan_json,
-                     evaluations if evaluations is not None else record.evaluations, record.prior_fit)
+    outcome = search(record.traces, record.topology_yaml, seed, record.running_plan_json, record.evaluations,
+                     record.prior_fit)
     return {"seed": seed, "predicted_seconds": outcome.predicted_seconds,
             "same_plan": _ops(outcome.plan_json) == _ops(record.plan_json), "evaluations": outcome.evaluations,
             "stopped_by": outcome.stopped_by, "seconds": time.perf_counter() - started}
@@ -109,19 +107,17 @@ def measured(store: SqlitePlanStore | None, record: search_record.SearchRecord,
             "measured_iterations": state.get("measured_iterations", 0)}
 
 
-def replay(path: Path, seeds: int, evaluations: int | None, store: SqlitePlanStore | None,
-           demo: dict[int, dict] | None = None) -> dict:
+def replay(path: Path, seeds: int, store: SqlitePlanStore | None, demo: dict[int, dict] | None = None) -> dict:
     record = search_record.read(path)
     recorded = record.outcome.get("predicted_seconds")
-    again = run_search(record, record.seed, None)
-    others = [run_search(record, record.seed + k, None) for k in range(1, seeds + 1)]
-    longer = None if evaluations is None else run_search(record, record.seed, evaluations)
+    again = run_search(record, record.seed)
+    others = [run_search(record, record.seed + k) for k in range(1, seeds + 1)]
     row = {"file": str(path), "job_id": record.job_id, "version": record.version, "cluster": record.cluster,
            "first_in_state": record.running_plan_json is None and record.prior_fit is None,
            "recorded_predicted_seconds": recorded, "replayed": again,
            "reproduced": again["same_plan"] and recorded is not None
            and abs(again["predicted_seconds"] - recorded) <= 1e-9 * max(1.0, recorded),
-           "seeds": others, "longer": longer, **measured(store, record, demo)}
+           "seeds": others, **measured(store, record, demo)}
     predictions = [again["predicted_seconds"]] + [other["predicted_seconds"] for other in others]
     row["seed_spread"] = max(predictions) / min(predictions) - 1 if min(predictions) > 0 else None
     row["plans_differ"] = sum(not other["same_plan"] for other in others)
@@ -136,16 +132,15 @@ def summary(rows: list[dict]) -> list[str]:
         return "-" if value is None else f"{value * 1e3:.1f}"
 
     lines = [f"{'record':<28} {'first':>5} {'pred':>7} {'again':>7} {'same':>4} {'seeds min/med/max':>21} "
-             f"{'other plans':>11} {'longer':>7} {'meas':>7} {'err':>6}"]
+             f"{'other plans':>11} {'meas':>7} {'err':>6}"]
     for row in rows:
         seeds = [row["replayed"]["predicted_seconds"]] + [s["predicted_seconds"] for s in row["seeds"]]
         spread = f"{ms(min(seeds))}/{ms(statistics.median(seeds))}/{ms(max(seeds))}"
-        longer = row["longer"]["predicted_seconds"] if row["longer"] else None
         error = "-" if row["prediction_error"] is None else f"{row['prediction_error']:+.0%}"
         lines.append(f"{Path(row['file']).name[:28]:<28} {'yes' if row['first_in_state'] else 'no':>5} "
                      f"{ms(row['recorded_predicted_seconds']):>7} {ms(row['replayed']['predicted_seconds']):>7} "
                      f"{'yes' if row['reproduced'] else 'NO':>4} {spread:>21} "
-                     f"{row['plans_differ']:>5} of {len(row['seeds']):<3} {ms(longer):>7} "
+                     f"{row['plans_differ']:>5} of {len(row['seeds']):<3} "
                      f"{ms(row['measured_seconds']):>7} {error:>6}")
     lines.append("(milliseconds per iteration, the model's own predictions; 'same': the recorded seed gave the "
                  "recorded plan and prediction; 'meas' and 'err': what the job measured under the plan and the "
@@ -182,7 +177,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("records", nargs="+", help="search records, or folders of them")
     parser.add_argument("--seeds", type=int, default=4, help=f"more seeds per record (0 to {MAX_SEEDS})")
-    parser.add_argument("--evaluations", type=int, help="also search each record with this many evaluations at most")
     parser.add_argument("--demo", type=Path, help="the run's p2 demo JSON: what each plan measured on its "
                         "cluster state")
     parser.add_argument("--store", type=Path, help="the run's service.db: each plan's stored median (without --demo)")
@@ -190,8 +184,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0 <= args.seeds <= MAX_SEEDS:
         parser.error(f"--seeds {args.seeds} must be 0 to {MAX_SEEDS}")
-    if args.evaluations is not None and args.evaluations < 1:
-        parser.error(f"--evaluations {args.evaluations} must be at least 1")
     store = None
     try:
         paths = record_paths(args.records)
@@ -202,9 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             store = SqlitePlanStore.open(args.store)
         rows = []
         for number, path in enumerate(paths, 1):
-            print(f"[{number}/{len(paths)}] {path.name}: searching again with {1 + args.seeds} seed(s)"
-                  + ("" if args.evaluations is None else f" and {args.evaluations} evaluations"), flush=True)
-            rows.append(replay(path, args.seeds, args.evaluations, store, demo))
+            print(f"[{number}/{len(paths)}] {path.name}: searching again with {1 + args.seeds} seed(s)", flush=True)
+            rows.append(replay(path, args.seeds, store, demo))
     except InvalidInputError as error:
         parser.exit(2, f"{parser.prog}: {error}\n")
     finally:
