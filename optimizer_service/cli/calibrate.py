@@ -12,7 +12,8 @@ import click
 from deploy.emulated import load_cluster
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.measure_job import Run, measure
-from optimizer_service.cli.params import ByteSize, replace_file, write_json
+from optimizer_service.cli.params import ByteSize, write_json
+from optimizer_service.files import replace_file
 from optimizer_service.hardware.calibration import Probe, fit, probes
 from optimizer_service.hardware.cost_model import CostModel
 from optimizer_service.hardware.topology import Topology

@@ -10,7 +10,7 @@ import click
 
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.optimize_render import bound_line, document, gantt, legend, table
-from optimizer_service.cli.params import read_trace, replace_file, write_json
+from optimizer_service.cli.params import read_trace, write_json
 from optimizer_service.cli.pipeline_workload import (
     DEFAULT_MICROBATCHES,
     DEFAULT_SCHEDULE,
@@ -21,6 +21,7 @@ from optimizer_service.cli.pipeline_workload import (
     is_pipeline_workload,
 )
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.files import replace_file
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.resharding.pipeline_schedules import SCHEDULE_NAMES
 from optimizer_service.settings import Settings

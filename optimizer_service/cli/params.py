@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.files import replace_file
 from optimizer_service.units import parse_bytes
 
 
@@ -59,22 +58,6 @@ def write_json(data: Any, out: str) -> None:
     if not path.parent.exists():
         raise InvalidInputError(f"--json {out}: folder {path.parent} does not exist")
     replace_file(path, text)
-
-
-def replace_file(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (a failure leaves the old file), with
-    ordinary permissions."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; results are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def read_trace(path: Path) -> dict:

@@ -13,7 +13,7 @@ from deploy.emulated import load_cluster
 from deploy.emulated.model import cluster_topology
 from optimizer_service.catalog import load_topology
 from optimizer_service.cli.measure_job import run_measurement
-from optimizer_service.cli.params import IntList, replace_file, write_json
+from optimizer_service.cli.params import IntList, write_json
 from optimizer_service.cli.reshard_render import (
     algorithm_table,
     document,
@@ -23,6 +23,7 @@ from optimizer_service.cli.reshard_render import (
     unit_task_table,
 )
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.files import replace_file
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.resharding import Strategy
 from optimizer_service.resharding.mesh import Mesh, MeshOrShape

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from optimizer_service.cli.params import read_trace, replace_file
+from optimizer_service.cli.params import read_trace
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.files import replace_file
 from optimizer_service.syndicate.rule_plan import plan_from_trace
 
 

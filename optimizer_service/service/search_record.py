@@ -20,13 +20,13 @@ checks a file before anything uses it, and says in one line what is wrong.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.files import replace_file
 
 FORMAT = "p2-search-record/1"
 MAX_RECORD_BYTES = 256 * 1024 * 1024     # a record read back is at most this large
@@ -91,16 +91,11 @@ def file_name(job_id: str, version: int) -> str:
 
 
 def write(folder: Path, record: SearchRecord) -> Path:
-    """Write ``record`` to ``folder`` (made if missing) whole or not at all: a
-    temporary file renamed over the name. Returns the path."""
+    """Write ``record`` to ``folder`` (made if missing) whole or not at all
+    (:func:`optimizer_service.files.replace_file`). Returns the path."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / file_name(record.job_id, record.version)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(json.dumps(record.to_dict(), separators=(",", ":")) + "\n")
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    replace_file(path, json.dumps(record.to_dict(), separators=(",", ":")) + "\n")
     return path
 
 
