@@ -181,15 +181,19 @@ function jobPage(root) {
     if (j.fit) showFit(j);
   });
 
+  // A fitted model's lines as [where, entry]: every channel in channel order, then the host (search_view.fit_rows).
+  function fitRows(fit) {
+    const rows = Object.keys(fit.channels || {}).sort((a, b) => a - b).map(c => ["channel " + c, fit.channels[c]]);
+    return fit.host ? rows.concat([["host", fit.host]]) : rows;
+  }
+
   // The latest search's fitted model, as the page renders it (views.latest_search): channels in order, then the host.
   function showFit(j) {
     const fit = j.fit;
     setText("fit-caption", `What the latest search (v${j.search_version}) fitted to the job's telemetry and priced ` +
       `its plans with; calibrated: ${fmt(fit.calibrated_motif_seconds)} per motif.` +
       (j.bound ? ` Its bound: ${fmt(j.bound.seconds)}, bound by ${j.bound.binding}.` : ""));
-    const rows = Object.keys(fit.channels).sort((a, b) => a - b).map(c => ["channel " + c, fit.channels[c]]);
-    if (fit.host) rows.push(["host", fit.host]);
-    document.querySelector("#fit tbody").replaceChildren(...rows.map(([where, e]) => el("tr", {},
+    document.querySelector("#fit tbody").replaceChildren(...fitRows(fit).map(([where, e]) => el("tr", {},
       el("td", {}, where), el("td", {}, fmt(e.motif_seconds)),
       el("td", {}, `${fmt(e.round_seconds)} (${fmt(e.calibrated_round_seconds)})`),
       el("td", {}, `${rate(e.rate_bytes_per_s)} (${rate(e.calibrated_rate_bytes_per_s)})`),
@@ -203,9 +207,7 @@ function jobPage(root) {
     document.getElementById("fit-hosts").replaceChildren(...hosts);
     // A first search's second reading of its window (search_view.other_reading), the same sentence as the page's.
     const other = fit.other_reading;
-    const otherRows = other ? Object.keys(other.channels || {}).sort((a, b) => a - b)
-      .map(c => ["channel " + c, other.channels[c]]).concat(other.host ? [["host", other.host]] : [])
-      .filter(([, e]) => typeof e.motif_seconds === "number") : [];
+    const otherRows = other ? fitRows(other).filter(([, e]) => typeof e.motif_seconds === "number") : [];
     setText("fit-other", other ? "Chosen by the worse of this fit and the window read with every link as calibrated: " +
       otherRows.map(([where, e]) => `${where} ${fmt(e.motif_seconds)}`).join(", ") + " per motif" +
       (typeof other.chosen_seconds === "number" ? `; the chosen plan at the worse reading ${fmt(other.chosen_seconds)}` : "") +
