@@ -51,7 +51,7 @@ def record_paths(names: list[str]) -> list[Path]:
     for name in names:
         path = Path(name)
         if path.is_dir():
-            found = sorted(path.glob("*.json"), key=_by_version)
+            found = sorted(path.glob("*.json"), key=search_record.file_order)
             if not found:
                 raise InvalidInputError(f"folder {path} holds no search record (*.json)")
             paths += found
@@ -60,11 +60,6 @@ def record_paths(names: list[str]) -> list[Path]:
         else:
             raise InvalidInputError(f"{path} is neither a search record nor a folder of them")
     return paths
-
-
-def _by_version(path: Path) -> tuple[str, int]:
-    job, _, version = path.stem.rpartition("-v")
-    return (job, int(version)) if version.isdigit() else (path.stem, 0)
 
 
 def _ops(plan_json: str) -> list:

@@ -90,6 +90,13 @@ def file_name(job_id: str, version: int) -> str:
     return f"{_UNSAFE.sub('_', job_id)[:100]}-v{version}.json"
 
 
+def file_order(path: Path) -> tuple[str, int]:
+    """A record file's place among its folder's: by job, then version (:func:`file_name` read back);
+    a name of another form sorts as version 0."""
+    job, _, version = path.stem.rpartition("-v")
+    return (job, int(version)) if version.isdigit() else (path.stem, 0)
+
+
 def write(folder: Path, record: SearchRecord) -> Path:
     """Write ``record`` to ``folder`` (made if missing) whole or not at all
     (:func:`optimizer_service.files.replace_file`). Returns the path."""

@@ -25,6 +25,8 @@ def test_a_record_is_written_whole_under_a_safe_name_and_read_back_equal(tmp_pat
     assert search_record.read(written) == record()
     again = search_record.write(tmp_path / "new", record(seed=8))          # a second write replaces it
     assert again == written and search_record.read(written).seed == 8
+    later = search_record.write(tmp_path / "new", record(version=12))     # read back in version order
+    assert sorted([later, written], key=search_record.file_order) == [written, later]
 
 
 @pytest.mark.parametrize("content, words", [
