@@ -25,6 +25,7 @@ each has ``kind`` and ``reason``.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 
 from optimizer_service.control.policy_config import PolicyConfig
@@ -220,13 +221,14 @@ def _drift(state: Policy) -> tuple[Policy, list[Action]]:
     return _drifted(state, what)
 
 
-def _drifted(state: Policy, what: str) -> tuple[Policy, list[Action]]:
-    """Enter the next drift state ``KEY~dN`` because of ``what`` (a ``drift`` note)."""
+def _drifted(state: Policy, what: str, shown: int | None = None) -> tuple[Policy, list[Action]]:
+    """Enter the next drift state ``KEY~dN`` because of ``what`` (a ``drift`` note); ``shown``:
+    how many of the last iterations showed it (default: the drift watch's ``consecutive``)."""
     cfg, drifts = state.config, state.drifts + 1
     cluster = f"{state.cluster.split('~')[0]}~d{drifts}"
     # The iterations that showed the drift ran the same plan on the changed cluster: they are the new
     # state's first measurements (a reported change, by contrast, comes before any).
-    shown, measurement = min(cfg.consecutive, cfg.window), state.measurement
+    shown, measurement = min(cfg.consecutive if shown is None else shown, cfg.window), state.measurement
     state, actions = _changed(replace(state, drifts=drifts), cluster, f"{what}: the cluster changed under the "
                               f"job; taken as a new cluster state {cluster}",
                               keep=(measurement.window[-shown:], measurement.channel_window[-shown:]))
@@ -248,7 +250,16 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
     was restored as 35 % faster, measured 81 % over its own old median, and was
     rolled back, and the replan came 97 iterations after the change.) The
     policy then enters a drift state (:func:`_drifted`), whose search is due
-    at once."""
+    at once.
+
+    Before the verdict, every iteration of a trial is watched for a step
+    (:func:`_stepped`): the cluster changed during the trial, so the state
+    changes there and then, the trial's plan keeps running into it and
+    nothing is rolled back. The plan a failed trial's rollback re-installs
+    is watched the same way, and measured against its own median there, but
+    not judged (``Trial.judged``): that is how a change that came during the
+    trial's warm-up, which its iterations cannot show as a step, shows
+    within ``warmup`` + ``step_iterations`` iterations of the rollback."""
     trial, cfg = state.trial, state.config
     assert trial is not None
     if state.running != trial.version:
@@ -256,6 +267,10 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
             return state, []          # the ranks switch at the coordinator's boundary
         return replace(state, trial=None), [Note("abandoned", f"{_name(trial.version)} was committed but the ranks "
                                                  f"run {_name(state.running)}; not evaluated")]
+    stepped = _stepped(state, trial)
+    if stepped is not None:
+        what, shown = stepped
+        return _drifted(replace(state, trial=None), what, shown)
     window = state.measurement.window
     if state.paused or len(window) < cfg.evaluate:
         return state, []
@@ -264,9 +279,12 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
     state, new, old = replace(state, trial=None), _name(trial.version), _name(trial.previous)
     known = trial.known_seconds
     if known is not None and median > known * (1 + cfg.drift_trigger):
-        return _drifted(state, f"{new}, restored, measured {median:.3f} s over {len(window)} iterations, "
+        how = "restored" if trial.judged else "re-installed by the rollback"
+        return _drifted(state, f"{new}, {how}, measured {median:.3f} s over {len(window)} iterations, "
                                f"{_pct(median / known - 1)} over the {known:.3f} s it measured before in cluster state "
                                f"{state.cluster} (more than {_pct(cfg.drift_trigger)})")
+    if not trial.judged:
+        return state, []
     if trial.previous_seconds is None:
         return state, [Note("kept", f"{new} measured {median:.3f} s; no measurement of {old} in cluster state "
                             f"{state.cluster} to compare with; kept")]
@@ -278,6 +296,38 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
         state = replace(state, pending=Pending(COMMITTING, Trigger.TRIAL, now, version=trial.previous))
         return state, [RollBack(trial.previous, trial.version, Trigger.TRIAL.value, reason)]
     return state, [Note("kept", f"{compare}; kept")]
+
+
+def _stepped(state: Policy, trial: Trial) -> tuple[str, int] | None:
+    """A step up inside a trial, as ``(what, iterations that show it)``, or None.
+
+    ``step_iterations`` measured iterations in a row each more than
+    ``drift_trigger`` over the median of the trial's iterations before them
+    (at least as many), from the earliest such split; or, for a plan
+    re-installed where it ran (``known_seconds``), the last ones each that much
+    over its median there. Only a step up: a plan's first measured iterations
+    can still be slower than its later ones (a new plan settling), never the
+    reverse by chance four times in a row (``PolicyConfig.step_iterations``).
+    Our reading of issue 32's "a replan within 30 iterations" for a change
+    that lands while a plan is on trial."""
+    cfg, window = state.config, [seconds for seconds, _ in state.measurement.window]
+    k, level, new = cfg.step_iterations, 1 + cfg.drift_trigger, _name(trial.version)
+    known = trial.known_seconds
+    if known is not None and len(window) >= k and min(window[-k:]) > known * level:
+        run = next((n for n in range(len(window), k - 1, -1) if min(window[-n:]) > known * level), k)
+        how = "restored" if trial.judged else "re-installed by the rollback"
+        what = (f"{new}, {how}, measured {run} iterations in a row each more than {_pct(cfg.drift_trigger)} over the "
+                f"{known:.3f} s it measured before in cluster state {state.cluster} (the last {window[-1]:.3f} s)")
+        return what, run
+    for split in range(k, len(window) - k + 1):
+        before = statistics.median(window[:split])
+        if min(window[split:]) > before * level:
+            after = len(window) - split
+            what = (f"{new} measured {after} iterations in a row from its trial's measured iteration {split + 1}, "
+                    f"each more than {_pct(cfg.drift_trigger)} over the {before:.3f} s median of the {split} before "
+                    f"them (the last {window[-1]:.3f} s): a step inside its trial")
+            return what, after
+    return None
 
 
 def _fired(state: Policy, median: float) -> tuple[Trigger, str] | None:
@@ -466,6 +516,8 @@ def _on_committed(state: Policy, event: Committed, now: float) -> tuple[Policy, 
     if pending.trigger is Trigger.TRIAL:
         state, wait = _fruitless(state)
         alias = f" (as v{event.version})" if event.version != pending.version else ""
+        known = state.measured.get(state.cluster, {}).get(event.version)
+        state = replace(state, trial=Trial(event.version, state.running, None, state.count, known, judged=False))
         return state, [Note("committed", f"rolled back to {_name(pending.version)}{alias}; cooldown {wait} iterations")]
     state = replace(state, fruitless=0)
     before = state.measured.get(state.cluster, {}).get(state.running)

@@ -105,6 +105,20 @@ class PolicyConfig:
     moved between windows. The baseline is the median over the second full ``window``
     after the warm-up (the first is the trial's, and a new plan was still settling then)."""
 
+    step_iterations: int = 4
+    """Inside a trial (issue 32), a *step*: this many measured iterations in a row, each
+    more than ``drift_trigger`` over the median of the trial's iterations before them
+    (at least as many), or over a re-installed plan's own median in the cluster state.
+    The cluster changed during the trial, and the trial's comparison with the plan
+    before it would compare two cluster states. Four: in the loop runs of six jobs, an
+    iteration was more than 20 % over the median of its plan's earlier ones 40 times in
+    468, and four in a row happened twice, both while a search ran beside the job on the
+    same two cores (no search runs during a trial); a NIC slowed 4× makes every
+    iteration 1.5–3.5× slower. (In 3 of 12 loop runs the NIC slowed during a trial: the
+    trial's plan was rolled back as slower, the plan re-installed needed the drift
+    watch's ``warmup`` + ``min_samples`` + ``consecutive`` iterations to show the change,
+    and the replan came 38–44 iterations after the change.)"""
+
     channel_drift: float = 0.50
     """The same per channel, on the motif seconds the ranks report per channel relative
     to channel 0's: a channel whose motifs take 1.5× (or 1/1.5×) their baseline time
@@ -139,7 +153,9 @@ class PolicyConfig:
             problems.append(f"min_gain <= restore_gain < 1, drift_trigger > 0, channel_drift > 0 and bound_gap > 0 "
                             f"(got {self.restore_gain}, {self.drift_trigger}, {self.channel_drift}, "
                             f"{self.bound_gap})")
-        if min(self.consecutive, self.cooldown, self.max_backoff, self.switch_within) < 1 or self.pending_timeout <= 0:
-            problems.append("consecutive, cooldown, max_backoff, switch_within >= 1 and pending_timeout > 0")
+        if (min(self.consecutive, self.cooldown, self.max_backoff, self.switch_within, self.step_iterations) < 1
+                or self.pending_timeout <= 0):
+            problems.append("consecutive, cooldown, max_backoff, switch_within, step_iterations >= 1 and "
+                            "pending_timeout > 0")
         if problems:
             raise InvalidInputError("replanning policy config needs " + "; ".join(problems))

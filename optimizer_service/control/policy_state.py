@@ -40,14 +40,18 @@ class Pending:
 class Trial:
     """A committed plan under evaluation against the one that ran before it
     (its median then, in this cluster state; None: nothing to compare with);
-    ``known_seconds``: a restored plan's own median when it last ran in this
-    cluster state (None for a new plan)."""
+    ``known_seconds``: a restored or rolled-back-to plan's own median when it
+    last ran in this cluster state (None for a new plan); ``judged``: False for
+    the plan a failed trial's rollback re-installs, which is only watched for a
+    step (``PolicyConfig.step_iterations``) and measured against its own median,
+    not kept or rolled back."""
 
     version: int
     previous: int
     previous_seconds: float | None
     started: int
     known_seconds: float | None = None
+    judged: bool = True
 
 
 @dataclass(frozen=True)

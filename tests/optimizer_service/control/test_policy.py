@@ -319,6 +319,11 @@ def test_a_commit_the_policy_did_not_ask_for_is_recorded_and_starts_a_cooldown()
 # ---------------------------------------------------------------- trials and rollback
 def slower_candidate(measured_new, config=CFG):
     """v1 got slow (0.21 s); a search found v2 (predicted 0.15 s), committed; v2 measures ``measured_new``."""
+    return feed(committed_candidate(config), measured_new, config.warmup + config.evaluate, version=2)
+
+
+def committed_candidate(config=CFG):
+    """:func:`slower_candidate` up to v2's first iteration."""
     state, _ = feed(running_plan(config=config), PREDICTED, 10, version=1)
     state, actions = feed(state, 0.21, 30, version=1)
     [request] = of(actions, RequestPlan)
@@ -328,7 +333,7 @@ def slower_candidate(measured_new, config=CFG):
     state, actions = step(state, Committed(2, 0.15), 0.0)
     assert "against v1's 0.210 s" in notes(actions, "committed")[0].reason
     state, _ = feed(state, 0.21, 3, version=1)                      # the switch boundary is ahead
-    return feed(state, measured_new, config.warmup + config.evaluate, version=2)
+    return state
 
 
 @pytest.mark.parametrize("slower, rolled_back", [(0.029, False), (0.031, True)])
@@ -346,7 +351,9 @@ def test_a_rollback_reinstalled_under_a_new_version_takes_its_numbers_along():
     state, _ = slower_candidate(0.25)
     state, actions = step(state, Committed(3, PREDICTED, same_as=1), 0.0)
     assert "rolled back to v1 (as v3)" in notes(actions, "committed")[0].reason
-    assert state.trial is None and state.measured["A"][3] == 0.21 and 1 not in state.measured["A"]
+    assert state.measured["A"][3] == 0.21 and 1 not in state.measured["A"]
+    # the re-installed plan is watched against its own median, not judged
+    assert (state.trial.version, state.trial.known_seconds, state.trial.judged) == (3, 0.21, False)
     assert state.predicted[3] == PREDICTED
     # the rollback changed nothing: a longer cooldown, and the slow trigger stays latched (no ping-pong)
     state, actions = feed(state, 0.21, 1000, version=3)
@@ -448,14 +455,57 @@ def test_a_plan_rolled_back_to_drifts_from_its_own_median_when_the_cluster_chang
     state, _ = step(state, Committed(3, PREDICTED, same_as=1), 0.0)
     state, actions = feed(state, 0.35, 1, version=3)
     assert state.measurement.baseline == 0.21                           # v1's median in A
-    state, more = feed(state, 0.35, CFG.warmup + CFG.min_samples + CFG.consecutive, version=3)
-    [drift] = notes(actions + more, "drift")
-    assert "v3 measures 0.350 s, 66.7 % over its 0.210 s baseline" in drift.reason and state.cluster == "A~d1"
+    # its first step_iterations measured ones show it (the drift watch would need min_samples + consecutive)
+    state, more = feed(state, 0.35, CFG.warmup + CFG.step_iterations - 2, version=3)
+    assert not notes(actions + more, "drift") and state.cluster == "A"
+    state, more = feed(state, 0.35, 1, version=3)
+    [drift] = notes(more, "drift")
+    assert ("v3, re-installed by the rollback, measured 4 iterations in a row each more than 20.0 % over the "
+            "0.210 s it measured before in cluster state A (the last 0.350 s)") in drift.reason
+    assert state.cluster == "A~d1" and state.trial is None and not of(more, RollBack)
+    assert [seconds for seconds, _ in state.measurement.window] == [0.35] * CFG.step_iterations
     # where it measures its median again, nothing drifts
     state, _ = slower_candidate(0.35)
     state, _ = step(state, Committed(3, PREDICTED, same_as=1), 0.0)
     state, actions = feed(state, 0.22, 200, version=3)
     assert not notes(actions, "drift") and state.cluster == "A"
+
+
+def test_a_step_inside_a_trial_is_a_cluster_change_and_the_trial_s_plan_is_not_rolled_back():
+    """The NIC slows while v2 is on trial: v2's iterations step up from 0.16 s to 0.40 s after six of its
+    measured ones. Its median would be slower than v1's 0.21 s (a rollback), but v1's median is from
+    before the change: the step is a drift there and then, v2 keeps running, and the four iterations
+    that showed it are the new state's first measurements."""
+    state = committed_candidate()
+    state, actions = feed(state, [0.16] * (CFG.warmup + 6) + [0.40] * (CFG.step_iterations - 1), version=2)
+    assert not notes(actions, "drift") and state.trial is not None
+    state, actions = feed(state, 0.40, 1, version=2)
+    [drift] = notes(actions, "drift")
+    assert ("v2 measured 4 iterations in a row from its trial's measured iteration 7, each more than 20.0 % over "
+            "the 0.160 s median of the 6 before them (the last 0.400 s): a step inside its trial") in drift.reason
+    assert "taken as a new cluster state A~d1" in drift.reason and "the last 4 count in it" in drift.reason
+    assert not of(actions, RollBack) and state.trial is None and state.running == 2 and state.cluster == "A~d1"
+    assert [seconds for seconds, _ in state.measurement.window] == [0.40] * CFG.step_iterations
+    # the new state's search, once min_samples are measured there and the commit's cooldown is over
+    requests = []
+    while not requests:
+        state, more = feed(state, 0.40, 1, version=2)
+        requests = of(more, RequestPlan)
+    assert requests[0].trigger == "cluster" and not of(more, RollBack)
+    assert state.count == state.committed_at + CFG.cooldown         # no two switches within one cooldown
+
+
+@pytest.mark.parametrize("seconds", [
+    [0.16, 0.19] * 10,                                      # noise: every other iteration 19 % over
+    [0.16] * 6 + [0.40] * 3 + [0.16] * 11,                  # three slow ones in a row, not four
+    [0.30] * 6 + [0.16] * 14,                               # a step down: a plan settling
+    [0.16] * 17 + [0.40] * 3,                               # a step too late in the trial to be one
+])
+def test_noise_a_short_burst_and_a_step_down_inside_a_trial_are_no_step(seconds):
+    state = committed_candidate()
+    state, actions = feed(state, [0.16] * CFG.warmup + seconds, version=2)
+    assert not notes(actions, "drift") and state.cluster == "A" and state.trial is None
+    assert notes(actions, "kept")                           # judged as before: faster than v1's 0.21 s
 
 
 def restore_after_unseen_change(config, restored):
@@ -481,11 +531,13 @@ def test_a_restored_plan_measured_far_over_its_own_median_is_a_cluster_change(re
     if not changed:
         assert notes(actions, "kept") and state.cluster == "A"
         return
-    # here the drift watch, which starts from the restored plan's median, sees it first; with a trial
-    # shorter than the watch needs (the demo's settings), the trial's verdict does
+    # here the restored plan's first step_iterations measured iterations show it; with that check off (a
+    # step longer than the trial) and a trial shorter than the drift watch needs, the trial's verdict does
     [drift] = notes(actions, "drift")
-    assert state.cluster == "A~d1" and "v3 measures 0.300 s, 50.0 % over its 0.200 s baseline" in drift.reason
-    short_state, short = restore_after_unseen_change(replace(CFG, evaluate=CFG.consecutive), restored)
+    assert state.cluster == "A~d1" and ("v3, restored, measured 4 iterations in a row each more than 20.0 % over "
+                                        "the 0.200 s it measured before in cluster state A") in drift.reason
+    short = replace(CFG, evaluate=CFG.consecutive, step_iterations=CFG.consecutive + 1)
+    short_state, short = restore_after_unseen_change(short, restored)
     assert not of(short, RollBack) and short_state.cluster == "A~d1"
     assert "v3, restored, measured 0.300 s over 10 iterations, 50.0 % over the 0.200 s it measured before" \
         in notes(short, "drift")[0].reason

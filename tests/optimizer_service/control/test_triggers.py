@@ -53,7 +53,7 @@ def test_every_policy_setting_says_why_beside_it():
     [config] = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "PolicyConfig"]
     body = config.body
     settings = [(i, node.target.id) for i, node in enumerate(body) if isinstance(node, ast.AnnAssign)]
-    assert len(settings) == 20
+    assert len(settings) == 21
     for i, name in settings:
         following = body[i + 1] if i + 1 < len(body) else None
         assert isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant) and \
