@@ -3,6 +3,7 @@ and the benchmark scripts run end to end (timings are reported, never asserted).
 
 import importlib
 import json
+from pathlib import Path
 
 import pytest
 
@@ -321,3 +322,61 @@ def test_replay_refuses_bad_input_with_one_line(tmp_path, monkeypatch, name, mor
         replay.main([name, *more, "--out", str(tmp_path / "out")])
     error = capsys.readouterr().err
     assert stopped.value.code == 2 and words in error and error.count("\n") == 1
+
+
+def _first_and_later(folder: Path, later_job: str = "job-r", later_plan: bool = True):
+    """A real first search's record (passthrough's window) and a later one of the same state that ran its plan."""
+    from optimizer_service.service import planning, search_record
+    from tests.optimizer_service.syndicate.test_live_search import TOPOLOGY, passthrough_traces
+
+    traces = passthrough_traces([0.02] * 8)
+    outcome = planning.search(traces, TOPOLOGY.to_yaml(), 0, None, 5_000, None)
+    first = search_record.write(folder, search_record.SearchRecord(
+        "job-r", 1, "state", traces, TOPOLOGY.to_yaml(), 0, None, 5_000, None, outcome.plan_json, outcome.to_dict()))
+    later = search_record.write(folder, search_record.SearchRecord(
+        later_job, 2, "state", traces, TOPOLOGY.to_yaml(), 0, outcome.plan_json if later_plan else None, 5_000,
+        outcome.fit, outcome.plan_json, outcome.to_dict()))
+    return first, later, outcome
+
+
+def test_extrapolation_prices_a_plan_on_the_first_window_line_by_line(tmp_path, capsys):
+    """The first search's own plan, priced on its window with its fit, is its prediction; the rows that
+    swap lines in from the later window, and the demo's measured time, sit beside it."""
+    from benchmarks import extrapolation
+
+    first, later, outcome = _first_and_later(tmp_path / "searches")
+    demo = tmp_path / "demo.json"
+    demo.write_text(json.dumps({"plans": [{"plan_version": 1, "cluster": "before", "steps": 30,
+                                           "measured_iteration_seconds": 0.05}]}))
+    assert extrapolation.main([str(first), str(later), "--demo", str(demo), "--out", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "extrapolation.json").read_text())
+    rows = {row["fit"]: row for row in report["rows"]}
+    assert report["first_plan_is_priced"] and report["plan_version"] == 1 and report["measured_seconds"] == 0.05
+    assert rows["the first window's fit"]["seconds"] == pytest.approx(outcome.predicted_seconds, rel=1e-9)
+    assert set(rows) >= {"the same, unsampled rounds as calibrated", "channel 0 from the later window",
+                         "channel 1 from the later window", "host from the later window",
+                         "unsampled lines from the later window", "the later window's fit"}
+    assert all(row["error"] == pytest.approx(row["seconds"] / 0.05 - 1) for row in rows.values())
+    # channel 1 and the host had no sample: their rounds took channel 0's, so priced as calibrated the plan is faster
+    lines = report["lines"]["first"]
+    assert lines["channels"]["1"]["round_shared"] and lines["host"]["round_shared"]
+    assert rows["the same, unsampled rounds as calibrated"]["seconds"] <= rows["the first window's fit"]["seconds"]
+    assert (tmp_path / "out" / "extrapolation.png").stat().st_size > 0
+    assert "the first window's fit" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("later_job, later_plan, words", [
+    ("job-other", True, "are not of one job and cluster state"),
+    ("job-r", False, "window ran no plan (passthrough): nothing to price"),
+])
+def test_extrapolation_refuses_records_it_cannot_compare_with_one_line(tmp_path, later_job, later_plan, words, capsys):
+    from benchmarks import extrapolation
+
+    first, later, _ = _first_and_later(tmp_path / "searches", later_job, later_plan)
+    with pytest.raises(SystemExit) as stopped:
+        extrapolation.main([str(first), str(later), "--out", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert stopped.value.code == 2 and words in error and error.count("\n") == 1
+    with pytest.raises(SystemExit) as stopped:
+        extrapolation.main([str(tmp_path / "absent.json"), str(later)])
+    assert stopped.value.code == 2 and "is not a search record (no such file)" in capsys.readouterr().err

@@ -129,6 +129,7 @@ def fit_tried(traces: list[dict], topology_yaml: str, plan_json: str, prior_fit:
     from optimizer_service.plan import Plan
     from optimizer_service.syndicate.telemetry_fit import (
         TelemetryFit,
+        calibrated_rounds,
         fit_samples,
         motif_samples,
         passthrough_samples,
@@ -141,7 +142,8 @@ def fit_tried(traces: list[dict], topology_yaml: str, plan_json: str, prior_fit:
         return None
     prior = TelemetryFit.from_dict(prior_fit) if prior_fit else None
     # fit_telemetry's samples, with the motifs' read once (they were needed to know there are any)
-    return fit_samples(passthrough_samples(topology, traces) + motifs, topology.channels, prior=prior).to_dict(topology)
+    return fit_samples(passthrough_samples(topology, traces) + motifs, topology.channels, prior=prior,
+                       rounds=calibrated_rounds(topology)).to_dict(topology)
 
 
 def predicted_timeline(problem, evaluation) -> tuple[dict, ...]:

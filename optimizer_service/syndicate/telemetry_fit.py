@@ -99,7 +99,9 @@ the median fixed cost of the channels and host that were fitted
 NIC's, and pricing an unmeasured channel's motifs at the calibrated
 microseconds would send traffic to it for no measured reason. The host's fixed
 cost, unmeasured (a job with no collective inside a node runs none in
-passthrough), is shared the same way.
+passthrough), is shared the same way. So is the time of one round
+(``round_shared``): such a line takes the median time per round of the lines
+that fitted their latency, for the same reason.
 """
 
 from __future__ import annotations
@@ -161,8 +163,9 @@ Shape = tuple[int, float, float, float, int]
 class Line:
     """``measured ≈ motifs·motif_seconds + latency_scale·latency + scale·transfer``
     for one channel or the host; ``fitted``: the terms (of :data:`TERMS`) the data
-    set, ``shared``: the fixed cost is the median of the fitted ones, ``earlier``:
-    the values come from an earlier window of the same cluster state (module docstring)."""
+    set, ``shared``: the fixed cost is the median of the fitted ones, ``round_shared``:
+    one round takes the median fitted time per round, ``earlier``: the values come
+    from an earlier window of the same cluster state (module docstring)."""
 
     motif_seconds: float
     latency_scale: float
@@ -174,24 +177,26 @@ class Line:
     #: what the line was fitted from, for the next window to fit with: (motifs, latency, transfer,
     #: measured, count) per shape, the medians of its samples (module docstring, "Pooling")
     shapes: tuple[Shape, ...] = ()
+    round_shared: bool = False
 
     @property
     def how(self) -> str:
-        parts = list(self.fitted) + (["motif_seconds shared"] if self.shared else [])
+        parts = (list(self.fitted) + (["motif_seconds shared"] if self.shared else [])
+                 + (["latency shared"] if self.round_shared else []))
         text = ", ".join(parts) if parts else "calibrated"
         return f"{text} (an earlier window)" if self.earlier else text
 
     def to_dict(self) -> dict:
         return {"motif_seconds": self.motif_seconds, "latency_scale": self.latency_scale, "scale": self.scale,
                 "samples": self.samples, "fitted": list(self.fitted), "shared": self.shared, "earlier": self.earlier,
-                "how": self.how, "shapes": [list(shape) for shape in self.shapes]}
+                "round_shared": self.round_shared, "how": self.how, "shapes": [list(shape) for shape in self.shapes]}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> Line:
         fitted = tuple(str(t) for t in data.get("fitted", ()) if t in TERMS)
         return cls(float(data["motif_seconds"]), float(data["latency_scale"]), float(data["scale"]),
                    int(data.get("samples", 0)), fitted, bool(data.get("shared", False)), bool(data.get("earlier")),
-                   _read_shapes(data.get("shapes")))
+                   _read_shapes(data.get("shapes")), bool(data.get("round_shared", False)))
 
 
 @dataclass(frozen=True)
@@ -277,6 +282,14 @@ class TelemetryFit:
 def nic_links(topology: Topology, channel: int) -> tuple:
     """The links of channel ``channel`` that its traffic between nodes crosses."""
     return tuple(link for link in topology.links_at(0, channel) if link.channel == channel)
+
+
+def calibrated_rounds(topology: Topology) -> dict[int | None, float]:
+    """The calibrated latency of one round per line (channel, None for the host): its slowest
+    link's; lines without links are left out."""
+    rounds = {c: max((link.latency for link in nic_links(topology, c)), default=0.0) for c in topology.channels}
+    rounds[None] = max((link.latency for link in host_links(topology)), default=0.0)
+    return {key: seconds for key, seconds in rounds.items() if seconds > 0}
 
 
 def host_links(topology: Topology) -> tuple:
@@ -410,13 +423,16 @@ def _clamp(value: float, low: float, high: float) -> float:
 
 def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
                 calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS,
-                prior: TelemetryFit | None = None, given: Mapping[str, float] | None = None) -> TelemetryFit:
+                prior: TelemetryFit | None = None, given: Mapping[str, float] | None = None,
+                rounds: Mapping[int | None, float] | None = None) -> TelemetryFit:
     """Fit every channel of ``channels`` and the host to this window's samples
     pooled with what ``prior`` (an earlier window of the same cluster state) was
     fitted from; a line neither can fit takes ``prior``'s values where that
     fitted any, and the fixed cost is shared where nothing did (module docstring).
     ``given``: terms every line takes at these values instead of fitting them
-    (:data:`RATE_AS_CALIBRATED`)."""
+    (:data:`RATE_AS_CALIBRATED`); ``rounds``: each line's calibrated time per
+    round (:func:`calibrated_rounds`), with which a line that fitted nothing
+    takes the median fitted time per round (:func:`_share_rounds`)."""
     before = prior.channels if prior is not None else {}
     before_host = prior.host if prior is not None else None
 
@@ -454,7 +470,36 @@ def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
 
         lines = {c: share(line, own[c], before.get(c)) for c, line in lines.items()}
         host = share(host, host_own, before_host)
+    if rounds:
+        lines, host = _share_rounds(lines, host, rounds)
     return TelemetryFit(lines, host, calibrated_motif_seconds)
+
+
+def _share_rounds(lines: Mapping[int, Line], host: Line,
+                  rounds: Mapping[int | None, float]) -> tuple[dict[int, Line], Line]:
+    """A line that fitted nothing, from this window or an earlier one, takes the
+    median time per round of the lines that fitted their latency, in seconds, as
+    its latency (never under its calibrated one). Our reading, from DLRM's loop
+    records (``benchmarks/extrapolation.py``): what a round costs beyond the link's
+    latency on this host is waking a rank's thread on cores every rank shares, as
+    the fixed cost is, not the link; passthrough's window measured channel 0's
+    round at 9× calibrated, and a first plan priced with channel 1's and the
+    host's rounds at their calibrated microseconds was predicted 25 % faster
+    than it ran."""
+    keyed: dict[int | None, Line] = {**lines, None: host}
+    measured = [line.latency_scale * rounds[key] for key, line in keyed.items()
+                if "latency" in line.fitted and rounds.get(key)]
+    if not measured:
+        return dict(lines), host
+    per_round = statistics.median(measured)
+
+    def share(key: int | None, line: Line) -> Line:
+        if line.fitted or line.earlier or not rounds.get(key):
+            return line
+        return replace(line, latency_scale=_clamp(per_round / rounds[key], 1.0, MAX_LATENCY_SCALE),
+                       round_shared=True)
+
+    return {c: share(c, line) for c, line in lines.items()}, share(None, host)
 
 
 def fit_telemetry(topology: Topology, traces: Sequence[Mapping], plan: Plan | None = None,
@@ -466,7 +511,7 @@ def fit_telemetry(topology: Topology, traces: Sequence[Mapping], plan: Plan | No
     samples = passthrough_samples(topology, traces)
     if plan is not None and plan.ops:
         samples += motif_samples(topology, plan, traces)
-    return fit_samples(samples, topology.channels, prior=prior, given=given)
+    return fit_samples(samples, topology.channels, prior=prior, given=given, rounds=calibrated_rounds(topology))
 
 
 #: The other reading of a window of whole ops (:func:`optimizer_service.syndicate.live_search.live_search`):

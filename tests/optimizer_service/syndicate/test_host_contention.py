@@ -7,6 +7,8 @@ import pytest
 from optimizer_service.syndicate.host_contention import MAX_BUSY, MAX_FACTOR, Contention, contended_seconds
 from optimizer_service.syndicate.host_load import HostLoad
 from optimizer_service.syndicate.live_search import live_search
+from optimizer_service.syndicate.refit import refit
+from optimizer_service.syndicate.telemetry_fit import TelemetryFit
 from tests.optimizer_service.syndicate.test_live_search import TOPOLOGY, passthrough_traces
 
 
@@ -48,7 +50,12 @@ def test_the_most_loaded_host_counts():
 def test_the_live_search_predicts_the_plan_and_passthrough_at_their_own_load():
     traces = passthrough_traces([0.02] * 8)
     bare = live_search(traces, TOPOLOGY)
-    assert bare.fit["host_contention"] is None and bare.predicted_seconds == bare.found.chosen.steady_seconds
+    # a first search chooses by the worse of two readings of the window and predicts with the fit's
+    chosen, fit = bare.found.chosen, TelemetryFit.from_dict(bare.fit)
+    by_fit = bare.found.problem.steady_seconds_priced(fit.motif_cost(refit(TOPOLOGY, fit)), chosen.choice,
+                                                      chosen.policy, chosen.framework_order)
+    assert bare.fit["host_contention"] is None and bare.predicted_seconds == pytest.approx(by_fit, rel=1e-12)
+    assert by_fit <= chosen.steady_seconds
     window = bare.measured_seconds
     for t in traces:                          # the ranks kept the host's 2 cores 60 % busy over the window
         t["host"] = {"id": "one", "cores": 2}
@@ -57,11 +64,11 @@ def test_the_live_search_predicts_the_plan_and_passthrough_at_their_own_load():
     live = live_search(traces, TOPOLOGY)
     contention = live.fit["host_contention"]
     assert contention["window_busy"] == pytest.approx(0.6)
-    assert contention["predicted_seconds_uncontended"] == pytest.approx(bare.found.chosen.steady_seconds)
+    assert contention["predicted_seconds_uncontended"] == pytest.approx(by_fit)
     if live.found.chosen.steady_seconds < window:               # a faster plan: busier cores, dearer motifs
         assert contention["factor"] > 1 and live.predicted_seconds > live.found.chosen.steady_seconds
     assert live.fit["predicted_seconds"] == live.predicted_seconds == live.found.plan.predicted_iteration_seconds
     assert live.running_seconds == pytest.approx(bare.running_seconds, rel=0.05)   # passthrough at its own load
     effects = {e["parameter"]: e["predicted_seconds_without"] for e in live.fit["effects"]}
-    assert effects["the host's load"] == pytest.approx(live.found.chosen.steady_seconds)
+    assert effects["the host's load"] == pytest.approx(by_fit)
     assert live.found.bound.hosts and live.found.bound.host_seconds == pytest.approx(4 * 0.1 * window / 2)

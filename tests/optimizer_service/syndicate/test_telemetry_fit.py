@@ -23,6 +23,7 @@ from optimizer_service.syndicate.telemetry_fit import (
     Line,
     Sample,
     TelemetryFit,
+    calibrated_rounds,
     fit_line,
     fit_samples,
     fit_telemetry,
@@ -93,6 +94,31 @@ def test_a_channel_without_samples_shares_the_fixed_cost_and_keeps_its_rate():
     assert channel1.shared and channel1.scale == 1.0 and channel1.latency_scale == 1.0
     assert fit.parameters() == ["channel 0 motif_seconds", "channel 0 latency", "channel 0 rate",
                                 "channel 1 motif_seconds", "host motif_seconds"]
+
+
+def test_a_line_that_fitted_nothing_takes_the_fitted_time_per_round():
+    """Channel 0 alone measured (passthrough): channel 1 and the host, with no sample, take channel 0's
+    fitted time per round, each over its own calibrated round (the host's is 5x shorter here)."""
+    rounds = calibrated_rounds(TOPOLOGY)
+    assert rounds == {0: 1e-4, 1: 1e-4, None: 2e-5}
+    fit = fit_samples(shapes(random.Random(6), 100), TOPOLOGY.channels, rounds=rounds)
+    channel0, channel1, host = fit.channels[0], fit.channels[1], fit.host
+    per_round = channel0.latency_scale * rounds[0]
+    assert channel0.latency_scale == pytest.approx(TRUE[0][1]) and not channel0.round_shared
+    assert channel1.latency_scale * rounds[1] == pytest.approx(per_round) and channel1.round_shared
+    assert host.latency_scale * rounds[None] == pytest.approx(per_round) and host.round_shared
+    assert channel1.how == "motif_seconds shared, latency shared" and channel1.scale == 1.0
+    assert "channel 1 latency" in fit.parameters() and "host latency" in fit.parameters()
+    assert TelemetryFit.from_dict(fit.to_dict(TOPOLOGY)) == fit
+    # a line that fitted anything keeps its own values; nothing shared where no line fitted its latency
+    both = fit_samples(shapes(random.Random(6), 100) + shapes(random.Random(7), 100, 1), TOPOLOGY.channels,
+                       rounds=rounds)
+    assert both.channels[1].latency_scale == pytest.approx(TRUE[1][1]) and not both.channels[1].round_shared
+    few = fit_samples(shapes(random.Random(6), 3), TOPOLOGY.channels, rounds=rounds)
+    assert not any(line.round_shared for line in (*few.channels.values(), few.host))
+    # never under the line's calibrated round (channel 0's fitted 0.8 ms against a 10 ms one)
+    slow_link = fit_samples(shapes(random.Random(6), 100), TOPOLOGY.channels, rounds={**rounds, 1: 1e-2})
+    assert slow_link.channels[1].latency_scale == 1.0 and slow_link.channels[1].round_shared
 
 
 def test_an_earlier_window_of_the_cluster_state_fills_in_what_this_one_cannot_fit():
