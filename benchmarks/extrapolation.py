@@ -49,6 +49,7 @@ from optimizer_service.service import search_record
 from optimizer_service.syndicate.facade import plan_job
 from optimizer_service.syndicate.host_contention import Contention, contended_seconds
 from optimizer_service.syndicate.host_load import host_loads
+from optimizer_service.syndicate.live_search import plan_measured
 from optimizer_service.syndicate.plan_import import running_choice
 from optimizer_service.syndicate.refit import refit
 from optimizer_service.syndicate.scheduler import Policy
@@ -67,11 +68,11 @@ def _read(path: Path) -> search_record.SearchRecord:
 
 
 def _fit(topology: Topology, record: search_record.SearchRecord) -> TelemetryFit:
-    """The fit the record's search made of its window (with its running plan and prior fit)."""
+    """The fit the record's search made of its window (with its running plan and prior fit), as
+    :func:`~optimizer_service.syndicate.live_search.live_search` makes it."""
     running = Plan.parse(record.running_plan_json) if record.running_plan_json else None
-    measured = running if running is not None and running.ops and running.world_size == topology.device_count else None
     prior = TelemetryFit.from_dict(record.prior_fit) if record.prior_fit else None
-    return fit_telemetry(topology, record.traces, measured, prior)
+    return fit_telemetry(topology, record.traces, plan_measured(running, topology), prior)
 
 
 def variants(first: TelemetryFit, later: TelemetryFit) -> list[tuple[str, TelemetryFit]]:
@@ -92,7 +93,7 @@ def variants(first: TelemetryFit, later: TelemetryFit) -> list[tuple[str, Teleme
 
 def _calibrated_rounds(fit: TelemetryFit) -> TelemetryFit:
     """``fit`` with the rounds its unsampled lines took from the fitted ones at their calibrated latency
-    (``Line.round_shared``; how the service priced them before commit 2cff118's successor)."""
+    (``Line.round_shared``; how the service priced them before commit ``14fafda``)."""
     def calibrated(line):
         return replace(line, latency_scale=1.0, round_shared=False) if line.round_shared else line
 
@@ -111,9 +112,9 @@ def extrapolate(first_path: Path, later_path: Path, demo: dict[int, dict] | None
     first_fit, later_fit = _fit(topology, first), _fit(topology, later)
     dag, measured, _ = window_dag(first.traces, name="live")
     hosts = host_loads(first.traces)
-    problem = plan_job(dag, refit(topology, first_fit), budget=math.inf, seed=first.seed, name="live",
-                       cost=first_fit.motif_cost(refit(topology, first_fit)), max_evaluations=EVALUATIONS,
-                       hosts=hosts).problem
+    fitted = refit(topology, first_fit)
+    problem = plan_job(dag, fitted, budget=math.inf, seed=first.seed, name="live", cost=first_fit.motif_cost(fitted),
+                       max_evaluations=EVALUATIONS, hosts=hosts).problem
     choice = running_choice(problem, plan)
     if choice is None:
         raise InvalidInputError(f"{later_path.name}'s running plan v{plan.version} cannot be read on "

@@ -24,6 +24,7 @@ each has ``kind`` and ``reason``.
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from dataclasses import replace
@@ -279,8 +280,7 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
     state, new, old = replace(state, trial=None), _name(trial.version), _name(trial.previous)
     known = trial.known_seconds
     if known is not None and median > known * (1 + cfg.drift_trigger):
-        how = "restored" if trial.judged else "re-installed by the rollback"
-        return _drifted(state, f"{new}, {how}, measured {median:.3f} s over {len(window)} iterations, "
+        return _drifted(state, f"{new}, {_reinstalled(trial)}, measured {median:.3f} s over {len(window)} iterations, "
                                f"{_pct(median / known - 1)} over the {known:.3f} s it measured before in cluster state "
                                f"{state.cluster} (more than {_pct(cfg.drift_trigger)})")
     if not trial.judged:
@@ -313,11 +313,11 @@ def _stepped(state: Policy, trial: Trial) -> tuple[str, int] | None:
     cfg, window = state.config, [seconds for seconds, _ in state.measurement.window]
     k, level, new = cfg.step_iterations, 1 + cfg.drift_trigger, _name(trial.version)
     known = trial.known_seconds
-    if known is not None and len(window) >= k and min(window[-k:]) > known * level:
-        run = next((n for n in range(len(window), k - 1, -1) if min(window[-n:]) > known * level), k)
-        how = "restored" if trial.judged else "re-installed by the rollback"
-        what = (f"{new}, {how}, measured {run} iterations in a row each more than {_pct(cfg.drift_trigger)} over the "
-                f"{known:.3f} s it measured before in cluster state {state.cluster} (the last {window[-1]:.3f} s)")
+    run = 0 if known is None else len(list(itertools.takewhile(lambda s: s > known * level, reversed(window))))
+    if run >= k:
+        what = (f"{new}, {_reinstalled(trial)}, measured {run} iterations in a row each more than "
+                f"{_pct(cfg.drift_trigger)} over the {known:.3f} s it measured before in cluster state {state.cluster} "
+                f"(the last {window[-1]:.3f} s)")
         return what, run
     for split in range(k, len(window) - k + 1):
         before = statistics.median(window[:split])
@@ -328,6 +328,11 @@ def _stepped(state: Policy, trial: Trial) -> tuple[str, int] | None:
                     f"them (the last {window[-1]:.3f} s): a step inside its trial")
             return what, after
     return None
+
+
+def _reinstalled(trial: Trial) -> str:
+    """How a trial with ``known_seconds`` came to run its plan again."""
+    return "restored" if trial.judged else "re-installed by the rollback"
 
 
 def _fired(state: Policy, median: float) -> tuple[Trigger, str] | None:

@@ -127,6 +127,7 @@ def fit_tried(traces: list[dict], topology_yaml: str, plan_json: str, prior_fit:
     hold none of the plan's motifs."""
     from optimizer_service.hardware.topology import Topology
     from optimizer_service.plan import Plan
+    from optimizer_service.syndicate.live_search import plan_measured
     from optimizer_service.syndicate.telemetry_fit import (
         TelemetryFit,
         calibrated_rounds,
@@ -137,7 +138,7 @@ def fit_tried(traces: list[dict], topology_yaml: str, plan_json: str, prior_fit:
 
     topology = Topology.from_yaml(topology_yaml, source="the job's topology")
     plan = Plan.parse(plan_json)
-    motifs = motif_samples(topology, plan, traces) if plan.ops and plan.world_size == topology.device_count else []
+    motifs = motif_samples(topology, plan, traces) if plan_measured(plan, topology) else []
     if not motifs:
         return None
     prior = TelemetryFit.from_dict(prior_fit) if prior_fit else None

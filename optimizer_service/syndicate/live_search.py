@@ -89,6 +89,12 @@ class LiveSearch:
     predicted_seconds: float = 0.0        # the chosen plan's, at the load it puts on the host's cores
 
 
+def plan_measured(running: Plan | None, calibrated: Topology) -> Plan | None:
+    """The running plan whose motif records a window holds for the fit: one with ops, of the
+    topology's world size; None for passthrough (or another world's plan)."""
+    return running if running is not None and running.ops and running.world_size == calibrated.device_count else None
+
+
 def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
                 evaluations: int = LIVE_EVALUATIONS, running: Plan | None = None,
                 prior: TelemetryFit | None = None, clock: Callable[[], float] = time.perf_counter) -> LiveSearch:
@@ -96,8 +102,7 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     if any; ``prior``: the fit of an earlier search in the same cluster state
     (:func:`~optimizer_service.syndicate.telemetry_fit.fit_samples`); ``clock`` only
     times the searches (their ``elapsed``), it never stops one."""
-    measured_plan = running if running is not None and running.ops and \
-        running.world_size == calibrated.device_count else None
+    measured_plan = plan_measured(running, calibrated)
     fit = fit_telemetry(calibrated, traces, measured_plan, prior)
     topology = refit(calibrated, fit)
     # Whole ops only (no plan ran in the window, none before it in this cluster state): the search
