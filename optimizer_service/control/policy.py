@@ -190,7 +190,9 @@ def _watch(state: Policy) -> tuple[Policy, list[Action]]:
     watches = replace(watches, slow=slow, waits=waits)
     if median is not None:
         baseline = state.measurement.baseline
-        drift = baseline is not None and abs(median / baseline - 1) > cfg.drift_trigger
+        # a provisional baseline (the trial's median) counts only a median over it: see Measurement.settle
+        drift = (baseline is not None and abs(median / baseline - 1) > cfg.drift_trigger
+                 and (median > baseline or not state.measurement.provisional))
         best = state.best(excluding=state.running)
         better = best is not None and best[1] < median * (1 - cfg.restore_gain)
         watches = replace(watches, drift=watches.drift.count(drift), channel=watches.channel.count(_channel_moved(state)),
@@ -285,6 +287,7 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
                                f"{state.cluster} (more than {_pct(cfg.drift_trigger)})")
     if not trial.judged:
         return state, []
+    state = replace(state, measurement=state.measurement.kept(cfg))
     if trial.previous_seconds is None:
         return state, [Note("kept", f"{new} measured {median:.3f} s; no measurement of {old} in cluster state "
                             f"{state.cluster} to compare with; kept")]

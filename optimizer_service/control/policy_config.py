@@ -103,7 +103,9 @@ class PolicyConfig:
     ``consecutive`` iterations means the cluster changed under the job (a NIC
     throttled, a neighbour's traffic): larger than the 5–15 % that medians of one plan
     moved between windows. The baseline is the median over the second full ``window``
-    after the warm-up (the first is the trial's, and a new plan was still settling then)."""
+    after the warm-up (the first is the trial's, and a new plan was still settling then);
+    until then a kept plan's is its trial's median, provisionally, and only a median
+    over that counts."""
 
     step_iterations: int = 4
     """Inside a trial (issue 32), a *step*: this many measured iterations in a row, each

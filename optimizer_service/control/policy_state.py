@@ -65,7 +65,10 @@ class Measurement:
     warm-up, which drift is measured against — a plan re-installed (rolled back
     to, restored) in a cluster state where it ran starts with its median there as
     its baseline: a change that came while another plan had no baseline yet (a
-    trial's) shows as that plan measuring far over its own median. ``settled``: the
+    trial's) shows as that plan measuring far over its own median. A plan kept
+    after its trial starts with the trial's medians as a ``provisional`` baseline
+    (:meth:`kept`), which its own replaces at the second full window unless the
+    median is then more than ``drift_trigger`` over it. ``settled``: the
     median of the latest window that no search of the job overlapped
     (:meth:`Policy.quiet`)."""
 
@@ -75,6 +78,7 @@ class Measurement:
     baseline: float | None = None
     channel_baseline: tuple[tuple[int, float], ...] = ()
     settled: float | None = None
+    provisional: bool = False
 
     def add(self, seconds: float, wait_seconds: float, channel_seconds: Iterable[tuple[int, float]],
             config: PolicyConfig) -> Measurement:
@@ -88,13 +92,28 @@ class Measurement:
 
     def settle(self, config: PolicyConfig) -> Measurement:
         """The window is :meth:`Policy.quiet`: its median is the ``settled`` one, and the baseline if
-        there is none yet and this is the second full window after the warm-up."""
+        this is the second full window after the warm-up and there is none yet, or only a
+        provisional one the median is not more than ``drift_trigger`` over (a plan still
+        settling in its trial gets faster, not slower; over it, the drift watch decides)."""
         median = self.median_seconds(config.min_samples)
         if median is None:
             return self
-        if self.baseline is not None or self.since_switch < config.warmup + 2 * config.window:
+        if self.since_switch < config.warmup + 2 * config.window or not (
+                self.baseline is None or self.provisional and median <= self.baseline * (1 + config.drift_trigger)):
             return replace(self, settled=median)
-        return replace(self, settled=median, baseline=median,
+        return replace(self, settled=median, baseline=median, provisional=False,
+                       channel_baseline=tuple(self.channel_medians(config.min_samples).items()))
+
+    def kept(self, config: PolicyConfig) -> Measurement:
+        """The trial's window kept its plan: where the plan has no baseline yet, the window's medians
+        are its provisional one. Without it a change that came before the second full quiet window
+        went unseen: in a DLRM loop run a search overlapped that window, the NIC slowed at step 66,
+        the baseline was then taken from the slowed iterations, and the replan came 58 iterations
+        after the change (when the stale medians restored passthrough)."""
+        median = self.median_seconds(config.min_samples)
+        if self.baseline is not None or median is None:
+            return self
+        return replace(self, baseline=median, provisional=True,
                        channel_baseline=tuple(self.channel_medians(config.min_samples).items()))
 
     def median_seconds(self, min_samples: int) -> float | None:

@@ -509,10 +509,13 @@ def test_noise_a_short_burst_and_a_step_down_inside_a_trial_are_no_step(seconds)
 
 
 def restore_after_unseen_change(config, restored):
-    """v2 kept at 0.16 s (passthrough 0.2 s, v1 0.21 s); the cluster changes under it before its baseline;
-    the stale medians restore passthrough (as v3), which measures ``restored``."""
+    """v2 kept at 0.16 s (passthrough 0.2 s, v1 0.21 s); the cluster changes under it while it has no
+    baseline; the stale medians restore passthrough (as v3), which measures ``restored``. (A kept plan
+    has its trial's median as a provisional baseline, which shows such a change, test below; cleared
+    here, it stands for a plan without one, as every plan was before its second window.)"""
     state, actions = slower_candidate(0.16, config)
-    assert notes(actions, "kept") and state.measurement.baseline is None
+    assert notes(actions, "kept") and state.measurement.baseline == 0.16 and state.measurement.provisional
+    state = replace(state, measurement=replace(state.measurement, baseline=None, provisional=False))
     state, actions = feed(state, 0.30, 100, version=2)
     restore = of(actions, RollBack)[0]
     assert (restore.to_version, restore.cause) == (0, "restore") and not notes(actions, "drift")
@@ -550,12 +553,46 @@ def test_a_restored_plan_measured_far_over_its_own_median_is_a_cluster_change(re
     assert requests[0].trigger == "cluster" and state.measured["A~d1"] == {3: restored}
 
 
+def test_a_kept_plan_s_trial_median_shows_a_change_before_its_own_baseline():
+    """The DLRM loop run: v2 kept at 0.16 s; a search overlaps the window its own baseline would come
+    from, and the NIC slows right after it. Against the trial's median the drift shows as soon as a
+    quiet window does; with no baseline yet, the second window would have taken the slowed median."""
+    state, actions = slower_candidate(0.16)
+    assert notes(actions, "kept") and (state.measurement.baseline, state.measurement.provisional) == (0.16, True)
+    state, [request] = step(state, ReplanNow("look"), 0.0)
+    state, _ = feed(state, 0.17, 10, version=2)
+    state, actions = step(state, SearchDone(request.request, 3, 0.16, running_seconds=0.16), 0.0)
+    assert notes(actions, "not-committed")
+    ended = state.count
+    state, actions = feed(state, 0.30, CFG.window + CFG.consecutive, version=2)
+    [drift] = notes(actions, "drift")
+    assert "v2 measures 0.300 s, 87.5 % over its 0.160 s baseline for 10 iterations" in drift.reason
+    assert state.cluster == "A~d1" and not of(actions, RollBack) and state.count - ended == CFG.window + CFG.consecutive
+
+
+@pytest.mark.parametrize("later, own", [(0.12, True), (0.19, True), (0.30, False)])
+def test_a_provisional_baseline_gives_way_to_the_plan_s_own_unless_over_it(later, own):
+    """A plan still settling in its trial gets faster: its own baseline replaces the trial's median at
+    the second window, and a faster median before that is no drift; a slower one by more than
+    ``drift_trigger`` keeps the provisional baseline (and is a drift)."""
+    state = running_plan()                                              # v1 kept at 0.175 s
+    assert (state.measurement.baseline, state.measurement.provisional) == (PREDICTED, True)
+    state, actions = feed(state, later, CFG.window, version=1)
+    if not own:
+        [drift] = notes(actions, "drift")
+        assert "over its 0.175 s baseline" in drift.reason and state.cluster == "A~d1"
+        return
+    assert not notes(actions, "drift") and (state.measurement.baseline, state.measurement.provisional) == (later, False)
+    state, actions = feed(state, later, 100, version=1)
+    assert not notes(actions, "drift") and state.cluster == "A"
+
+
 @pytest.mark.parametrize("factor", [1.5, 0.6])
 def test_a_plan_drifting_from_its_baseline_is_a_cluster_change_nobody_reported(factor):
     state = running_plan()                                 # v1 kept at 0.175 s after its trial's window
-    assert state.measurement.baseline is None                          # the baseline is the second window's median
+    assert state.measurement.provisional                   # the trial's median, until the second window's
     state, _ = feed(state, PREDICTED, CFG.window, version=1)
-    assert state.measurement.baseline == PREDICTED
+    assert state.measurement.baseline == PREDICTED and not state.measurement.provisional
     state, actions = feed(state, PREDICTED * factor, CFG.window // 2 + CFG.consecutive, version=1)
     [drift] = notes(actions, "drift")
     assert state.cluster == "A~d1" and state.measurement.baseline is None
