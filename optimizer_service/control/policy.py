@@ -295,6 +295,10 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
     compare = (f"{new} measured {median:.3f} s over {len(window)} iterations, {_pct(abs(change))} "
                f"{'slower' if change > 0 else 'faster'} than {old}'s {trial.previous_seconds:.3f} s")
     if change > cfg.rollback_margin:
+        stale = _stale(trial, median, cfg)
+        if stale is not None:
+            return _drifted(state, f"{compare}, {stale}: the cluster changed before the trial, not under {new} "
+                                   f"alone; {new} is kept", len(window))
         reason = Trigger.TRIAL.reason(compare=compare, margin=_pct(cfg.rollback_margin), previous=old)
         state = replace(state, pending=Pending(COMMITTING, Trigger.TRIAL, now, version=trial.previous))
         return state, [RollBack(trial.previous, trial.version, Trigger.TRIAL.value, reason)]
@@ -331,6 +335,27 @@ def _stepped(state: Policy, trial: Trial) -> tuple[str, int] | None:
                     f"them (the last {window[-1]:.3f} s): a step inside its trial")
             return what, after
     return None
+
+
+def _stale(trial: Trial, median: float, cfg: PolicyConfig) -> str | None:
+    """Why the median a failed trial is compared with is stale, or None: the trial's plan measured
+    more than ``drift_trigger`` over it, and so did each of the previous plan's last
+    ``step_iterations`` iterations before the switch (``Trial.previous_tail``). The cluster then
+    changed before the trial began, while the search and the commit ran (the watches on the
+    iteration time count nothing while the job's search runs, :meth:`Policy.quiet`), and the
+    search's window came from before the change. (In two of three DLRM loop runs the NIC slowed
+    one and three iterations after the slow trigger had started a search; the plan, searched on
+    the old state's window, measured 27 and 77 % slower than the old plan's median from before
+    the change and was rolled back, the old plan re-installed then showed the change, and the
+    replan came 44 and 51 iterations after it.) Both plans slower at once is the cluster, not the
+    new plan; the rollback would only re-install a plan that is as slow now."""
+    level, tail = 1 + cfg.drift_trigger, trial.previous_tail
+    previous = trial.previous_seconds
+    if previous is None or median <= previous * level or len(tail) < cfg.step_iterations \
+            or min(tail) <= previous * level:
+        return None
+    return (f"and {_name(trial.previous)}'s last {len(tail)} iterations before the switch each measured more than "
+            f"{_pct(cfg.drift_trigger)} over its median too (the last {tail[-1]:.3f} s)")
 
 
 def _reinstalled(trial: Trial) -> str:
@@ -405,6 +430,9 @@ def _on_iteration(state: Policy, event: Iteration, now: float) -> tuple[Policy, 
         return state, []
     cfg = state.config
     if event.running_version != state.running:
+        trial, tail = state.trial, tuple(seconds for seconds, _ in state.measurement.window[-cfg.step_iterations:])
+        if trial is not None and trial.version == event.running_version and not trial.previous_tail:
+            state = replace(state, trial=replace(trial, previous_tail=tail))
         state = replace(_fresh(state), running=event.running_version)
         known = state.measured.get(state.cluster, {}).get(state.running)
         if known is not None:       # re-installed where it ran: drift is measured against its median there

@@ -44,7 +44,9 @@ class Trial:
     last ran in this cluster state (None for a new plan); ``judged``: False for
     the plan a failed trial's rollback re-installs, which is only watched for a
     step (``PolicyConfig.step_iterations``) and measured against its own median,
-    not kept or rolled back."""
+    not kept or rolled back; ``previous_tail``: the previous plan's last
+    ``step_iterations`` measured iteration times before the switch (taken at the
+    switch), which show whether the cluster changed before the trial began."""
 
     version: int
     previous: int
@@ -52,6 +54,7 @@ class Trial:
     started: int
     known_seconds: float | None = None
     judged: bool = True
+    previous_tail: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -347,6 +347,46 @@ def test_a_new_plan_measured_slower_than_the_previous_one_is_rolled_back(slower,
         assert not of(actions, RollBack) and notes(actions, "kept") and state.phase == "waiting"
 
 
+def changed_while_searching(search_seconds, new_seconds):
+    """v1 kept at 0.175 s; a search starts, and v1 measures ``search_seconds`` from then to the switch
+    (4 iterations after the commit); the search's v2 then measures ``new_seconds`` for its trial."""
+    state, [request] = step(running_plan(), ReplanNow("look"), 0.0)
+    state, _ = feed(state, search_seconds, 3, version=1)
+    state, actions = step(state, SearchDone(request.request, 2, 0.15, running_seconds=PREDICTED), 0.0)
+    [commit] = of(actions, Commit)
+    assert commit.baseline_seconds == PREDICTED                     # the quiet median from before the search
+    state, _ = step(state, Committed(2, 0.15), 0.0)
+    state, _ = feed(state, search_seconds, 4, version=1)
+    return feed(state, new_seconds, CFG.warmup + CFG.evaluate, version=2)
+
+
+def test_a_trial_compared_with_a_median_from_before_a_change_drifts_instead_of_rolling_back():
+    """The DLRM loop runs: the NIC slows while the search runs. v2 (searched on the old window)
+    measures 0.35 s, twice v1's 0.175 s median, but v1's last iterations before the switch measured
+    0.45 s: the cluster changed, v2 stays, and its trial's iterations are the new state's first."""
+    state, actions = changed_while_searching(0.45, 0.35)
+    [drift] = notes(actions, "drift")
+    assert not of(actions, RollBack) and state.running == 2 and state.cluster == "A~d1"
+    assert ("v2 measured 0.350 s over 20 iterations, 100.0 % slower than v1's 0.175 s, and v1's last 4 iterations "
+            "before the switch each measured more than 20.0 % over its median too (the last 0.450 s): the cluster "
+            "changed before the trial") in drift.reason
+    assert [seconds for seconds, _ in state.measurement.window] == [0.35] * CFG.evaluate
+    requests = []
+    while not requests:                                             # searched once the commit's cooldown passed
+        state, more = feed(state, 0.35, 1, version=2)
+        requests = of(more, RollBack) + of(more, RequestPlan)
+    assert isinstance(requests[0], RequestPlan) and requests[0].trigger == "cluster"
+
+
+@pytest.mark.parametrize("search_seconds, new_seconds", [(0.19, 0.35), (0.45, 0.20)])
+def test_a_trial_is_rolled_back_as_before_unless_both_plans_show_the_change(search_seconds, new_seconds):
+    """v1 only a little slower while the search ran (the search's own load), or v2 slower than v1's
+    median but within ``drift_trigger``: the comparison stands and v2 is rolled back."""
+    state, actions = changed_while_searching(search_seconds, new_seconds)
+    [rollback] = of(actions, RollBack)
+    assert rollback.cause == "trial" and not notes(actions, "drift") and state.cluster == "A"
+
+
 def test_a_rollback_reinstalled_under_a_new_version_takes_its_numbers_along():
     state, _ = slower_candidate(0.25)
     state, actions = step(state, Committed(3, PREDICTED, same_as=1), 0.0)
