@@ -9,8 +9,10 @@ Phases (steps, 1-based; ``v(s)`` the plan version step ``s`` ran, 0 passthrough)
 * ``changed`` — steps after the change still running the plan that ran when
   it came (after :data:`SETTLE`): what the job would do without replanning;
 * ``replanned`` — steps running the plan of the service's first commit after
-  the change (after :data:`SETTLE`): a search's plan; a plan re-installed by a
-  rollback or a restore, measured before the change, is no replan.
+  the change (after :data:`SETTLE`): a search's plan, searched on a trace window
+  mostly from after the change; a plan re-installed by a rollback or a restore,
+  measured before the change, is no replan, nor a plan searched on the old
+  cluster's window.
 
 Each phase's ``nic_drops_per_iteration`` is, per channel, the packets the
 NICs' ``tbf`` queues dropped per iteration over its steps (each drop costs a
@@ -216,11 +218,31 @@ def speedup(slower: dict | None, faster: dict | None) -> float | None:
 
 
 def _first_commit_after(events: list[dict], change_step: int | None) -> dict | None:
-    """The service's first ``commit`` event (a search's plan) after step ``change_step``."""
+    """The service's first ``commit`` event (a search's plan) after step ``change_step`` whose search
+    read a trace window mostly from after it (:func:`_searched_after`)."""
     if change_step is None:
         return None
-    return next((event for event in events if event["kind"] == "commit" and event.get("iteration") is not None
-                 and event["iteration"] + 1 > change_step), None)
+    return next((event for i, event in enumerate(events) if event["kind"] == "commit"
+                 and event.get("iteration") is not None and event["iteration"] + 1 > change_step
+                 and _searched_after(events[:i], event, change_step)), None)
+
+
+def _searched_after(before: list[dict], commit: dict, change_step: int) -> bool:
+    """Whether more than half of the trace window the committed plan was searched on came after step
+    ``change_step``. The window is the last ``window_iterations`` steps finished when the search was
+    asked for (the ``replan`` event before its ``searched`` one), so a search asked for just after the
+    change read the old cluster: its plan answers the old state, not the change. (In a DLRM loop run
+    the slow trigger asked one step after the NIC slowed; that plan, committed 3 steps after the
+    change, would have counted as a replan 3 iterations after it, and as the replan's speed.)
+    Without those events (older runs), every commit after the change counts."""
+    searched = next((i for i in range(len(before) - 1, -1, -1) if before[i]["kind"] == "searched"
+                     and before[i].get("version") == commit.get("version")), None)
+    if searched is None:
+        return True
+    asked = next((e for e in reversed(before[:searched]) if e["kind"] == "replan" and e.get("iteration") is not None),
+                 None)
+    window = (before[searched].get("search") or {}).get("window_iterations") or 0
+    return asked is None or asked["iteration"] + 1 - change_step + 1 > window / 2
 
 
 def iterations_to_commit(events: list[dict], change_step: int | None) -> int | None:

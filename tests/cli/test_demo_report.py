@@ -10,6 +10,7 @@ from optimizer_service.cli.demo_report import (
     WARMUP,
     committed_plans,
     drop_rate,
+    iterations_to_commit,
     model_seconds,
     peer,
     phases,
@@ -81,6 +82,25 @@ def test_the_replanned_phase_is_the_first_commit_after_the_change_not_a_restore(
     # no commit after the change: nothing was replanned, whatever ran
     rows = {row["name"]: row for row in phases(_run(versions, seconds), 25, {}, events[:2])}
     assert rows["replanned"]["plan_version"] is None and rows["replanned"]["steps"] == 0
+
+
+@pytest.mark.parametrize("asked, counts", [(25, False), (27, False), (28, True)])
+def test_a_plan_searched_on_the_old_cluster_s_window_is_no_replan(asked, counts):
+    # the change at step 25; a search asked for at step ``asked`` read the 7 steps up to it and
+    # committed v2 at step 31; the next search (asked at step 40, after the change) committed v3
+    versions = [0] * 10 + [1] * 21 + [2] * 14 + [3] * 15
+    seconds = [1.0] * 10 + [0.5] * 15 + [0.9] * 6 + [0.8] * 14 + [0.6] * 15
+    events = [{"kind": "replan", "iteration": asked - 1},
+              {"kind": "searched", "version": 2, "iteration": 29,
+               "search": {"window_iterations": 7, "predicted_seconds": 0.7}},
+              {"kind": "commit", "version": 2, "iteration": 29},
+              {"kind": "replan", "iteration": 39},
+              {"kind": "searched", "version": 3, "iteration": 43,
+               "search": {"window_iterations": 7, "predicted_seconds": 0.55}},
+              {"kind": "commit", "version": 3, "iteration": 43}]
+    rows = {row["name"]: row for row in phases(_run(versions, seconds), 25, {}, events)}
+    assert rows["replanned"]["plan_version"] == (2 if counts else 3)
+    assert iterations_to_commit(events, 25) == (5 if counts else 19)
 
 
 def test_phases_without_a_bound_say_none():
