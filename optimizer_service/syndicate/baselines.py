@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.syndicate.mcmc import SearchResult, mcmc
+from optimizer_service.syndicate.mcmc import SearchResult, restarted
 from optimizer_service.syndicate.options import SEGMENTS, Option
 from optimizer_service.syndicate.problem import Evaluation, Problem
 from optimizer_service.syndicate.scheduler import Policy
@@ -119,7 +119,7 @@ def run_systems(problem: Problem, budget: float = 10.0, seed: int = 0, names=SYS
             choice = segment_oracle(problem, greedy_stack, policy, keep)
         elif name in ("S-Exec", "Syndicate"):
             policy, keep = (Policy.FIFO, True) if name == "S-Exec" else (Policy.CRITICAL_PATH, False)
-            found = mcmc(problem, greedy_all, policy=policy, framework_order=keep, budget=budget, seed=seed,
+            found = restarted(problem, greedy_all, policy=policy, framework_order=keep, budget=budget, seed=seed,
                          **search)
             choice = list(found.choice)
         else:

@@ -24,6 +24,19 @@ eight ops of a DLRM have ~650 options), at least 20 per comm-op and 1000 in
 all, but no more than 20,000 unless 20 per op needs more, so a 500-op DAG still
 converges in seconds. ``max_evaluations`` bounds the work independently of the
 clock.
+
+**Restarts** (:func:`restarted`; our addition, not in the paper): the chain
+from the greedy plan, then :data:`RESTARTS` more chains, each from a plan drawn
+uniformly at random (from the seed), each until its own no-improvement rule;
+the best plan of all is returned, and the time budget and ``max_evaluations``
+are shared. The greedy plan is the paper's start, and single-op proposals
+cannot leave a basin whose every neighbour is more than a few per cent slower:
+on the first live searches of two DDP loop runs the greedy chain, with every
+seed, stopped in a plan that sends two of three all-reduces flat over the
+second NIC (103.6 and 111.5 ms by the search's own model), while chains from
+random plans found hierarchical plans (89.0 and 98.3 ms, in 11 of 12 chains)
+like the one a third run's greedy chain had found, which measured 0.085 s
+against the flat plan's 0.111 s.
 """
 
 from __future__ import annotations
@@ -32,7 +45,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.syndicate.options import Option
@@ -113,3 +126,36 @@ def mcmc(problem: Problem, start: Sequence[int], *, policy: Policy = Policy.CRIT
             current[op] = previous
     return SearchResult(tuple(best), best_cost, improvements[0][1], evaluations, accepted, clock() - began,
                         stopped_by, tuple(improvements))
+
+
+#: Chains :func:`restarted` runs after the greedy one, each from a random plan (module docstring).
+RESTARTS = 4
+
+
+def restarted(problem: Problem, start: Sequence[int], *, restarts: int = RESTARTS, seed: int = 0,
+              allowed: Callable[[Option], bool] = lambda o: True, budget: float = 10.0,
+              max_evaluations: int | None = None, clock: Callable[[], float] = time.perf_counter,
+              **chain) -> SearchResult:
+    """:func:`mcmc` from ``start`` and from ``restarts`` random plans (module docstring, "Restarts"):
+    the best plan found, with the evaluations and accepted moves of all chains; ``stopped_by`` is
+    ``no-improvement`` when every chain stopped so, else what cut a chain short."""
+    if restarts < 0:
+        raise InvalidInputError(f"restarts {restarts} must be >= 0")
+    rng = random.Random(f"restarts {seed}")
+    choices = [[k for k, option in enumerate(options) if allowed(option)] for options in problem.options]
+    starts = [list(start)] + [[ks[rng.randrange(len(ks))] if ks else start[op] for op, ks in enumerate(choices)]
+                              for _ in range(restarts)]
+    began, chains, spent = clock(), [], 0
+    for k, first in enumerate(starts):
+        left = budget - (clock() - began)
+        if chains and (left <= 0 or (max_evaluations is not None and spent >= max_evaluations)):
+            break
+        found = mcmc(problem, first, seed=seed + k, allowed=allowed, budget=max(left, 1e-9), clock=clock,
+                     max_evaluations=None if max_evaluations is None else max_evaluations - spent, **chain)
+        chains.append((found, spent))
+        spent += found.evaluations
+    best, before = min(chains, key=lambda item: item[0].seconds)
+    stopped = next((found.stopped_by for found, _ in chains if found.stopped_by != "no-improvement"), "no-improvement")
+    return replace(best, start_seconds=chains[0][0].start_seconds, evaluations=spent,
+                   accepted=sum(found.accepted for found, _ in chains), elapsed=clock() - began, stopped_by=stopped,
+                   improvements=tuple((evaluation + before, seconds) for evaluation, seconds in best.improvements))
