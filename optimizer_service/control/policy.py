@@ -310,7 +310,11 @@ def _stepped(state: Policy, trial: Trial) -> tuple[str, int] | None:
 
     ``step_iterations`` measured iterations in a row each more than
     ``drift_trigger`` over the median of the trial's iterations before them
-    (at least as many), from the earliest such split; or, for a plan
+    (at least as many, its warm-up's included: a change as the warm-up ends
+    leaves no measured iteration from before it; in two DLRM loop runs the
+    plan then measured 75 % over the old plan's median and was rolled back,
+    and the replan came 38 iterations after the change), from the earliest
+    such split; or, for a plan
     re-installed where it ran (``known_seconds``), the last ones each that much
     over its median there. Only a step up: a plan's first measured iterations
     can still be slower than its later ones (a new plan settling), never the
@@ -326,13 +330,18 @@ def _stepped(state: Policy, trial: Trial) -> tuple[str, int] | None:
                 f"{_pct(cfg.drift_trigger)} over the {known:.3f} s it measured before in cluster state {state.cluster} "
                 f"(the last {window[-1]:.3f} s)")
         return what, run
-    for split in range(k, len(window) - k + 1):
-        before = statistics.median(window[:split])
-        if min(window[split:]) > before * level:
-            after = len(window) - split
-            what = (f"{new} measured {after} iterations in a row from its trial's measured iteration {split + 1}, "
-                    f"each more than {_pct(cfg.drift_trigger)} over the {before:.3f} s median of the {split} before "
-                    f"them (the last {window[-1]:.3f} s): a step inside its trial")
+    # The warm-up iterations count among those before a step, never in it: a plan settling is slow
+    # first, and a change during the warm-up shows as the measured iterations stepping up from them.
+    warm = list(state.measurement.warm)
+    series = warm + window
+    for split in range(max(k, len(warm)), len(series) - k + 1):
+        before = statistics.median(series[:split])
+        if min(series[split:]) > before * level:
+            after, first = len(series) - split, split - len(warm) + 1
+            counted = f"{split} before them" + (f" ({len(warm)} of them its warm-up)" if warm else "")
+            what = (f"{new} measured {after} iterations in a row from its trial's measured iteration {first}, "
+                    f"each more than {_pct(cfg.drift_trigger)} over the {before:.3f} s median of the {counted} "
+                    f"(the last {window[-1]:.3f} s): a step inside its trial")
             return what, after
     return None
 

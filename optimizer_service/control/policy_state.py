@@ -71,7 +71,8 @@ class Measurement:
     trial's) shows as that plan measuring far over its own median. A plan kept
     after its trial starts with the trial's medians as a ``provisional`` baseline
     (:meth:`kept`), which its own replaces at the second full window unless the
-    median is then more than ``drift_trigger`` over it. ``settled``: the
+    median is then more than ``drift_trigger`` over it. ``warm``: the warm-up
+    iterations' seconds (a trial's step may start right after them). ``settled``: the
     median of the latest window that no search of the job overlapped
     (:meth:`Policy.quiet`)."""
 
@@ -82,16 +83,19 @@ class Measurement:
     channel_baseline: tuple[tuple[int, float], ...] = ()
     settled: float | None = None
     provisional: bool = False
+    warm: tuple[float, ...] = ()
 
     def add(self, seconds: float, wait_seconds: float, channel_seconds: Iterable[tuple[int, float]],
             config: PolicyConfig) -> Measurement:
         """One more iteration of the running plan (``seconds`` finite and positive)."""
-        since, window, channel_window = self.since_switch + 1, self.window, self.channel_window
-        if since > config.warmup:
+        since, window, channel_window, warm = self.since_switch + 1, self.window, self.channel_window, self.warm
+        if since <= config.warmup:
+            warm = warm + (seconds,)
+        else:
             window = (window + ((seconds, min(max(wait_seconds, 0.0) / seconds, 1.0)),))[-config.window:]
             channels = tuple((c, s) for c, s in channel_seconds if math.isfinite(s) and s >= 0)
             channel_window = (channel_window + (channels,))[-config.window:]
-        return replace(self, since_switch=since, window=window, channel_window=channel_window)
+        return replace(self, since_switch=since, window=window, channel_window=channel_window, warm=warm)
 
     def settle(self, config: PolicyConfig) -> Measurement:
         """The window is :meth:`Policy.quiet`: its median is the ``settled`` one, and the baseline if

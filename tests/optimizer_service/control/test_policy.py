@@ -522,7 +522,8 @@ def test_a_step_inside_a_trial_is_a_cluster_change_and_the_trial_s_plan_is_not_r
     state, actions = feed(state, 0.40, 1, version=2)
     [drift] = notes(actions, "drift")
     assert ("v2 measured 4 iterations in a row from its trial's measured iteration 7, each more than 20.0 % over "
-            "the 0.160 s median of the 6 before them (the last 0.400 s): a step inside its trial") in drift.reason
+            "the 0.160 s median of the 11 before them (5 of them its warm-up) (the last 0.400 s): a step inside its "
+            "trial") in drift.reason
     assert "taken as a new cluster state A~d1" in drift.reason and "the last 4 count in it" in drift.reason
     assert not of(actions, RollBack) and state.trial is None and state.running == 2 and state.cluster == "A~d1"
     assert [seconds for seconds, _ in state.measurement.window] == [0.40] * CFG.step_iterations
@@ -535,6 +536,19 @@ def test_a_step_inside_a_trial_is_a_cluster_change_and_the_trial_s_plan_is_not_r
     assert state.count == state.committed_at + CFG.cooldown         # no two switches within one cooldown
 
 
+def test_a_step_right_after_the_warm_up_is_measured_against_the_warm_up():
+    """The DLRM loop runs: the NIC slows as v2's warm-up ends, so every measured iteration of its trial
+    is slow and none steps up from another; the warm-up's iterations, from before the change, show it."""
+    state = committed_candidate()
+    state, actions = feed(state, [0.16] * CFG.warmup + [0.40] * (CFG.step_iterations - 1), version=2)
+    assert not notes(actions, "drift") and state.trial is not None
+    state, actions = feed(state, 0.40, 1, version=2)
+    [drift] = notes(actions, "drift")
+    assert ("v2 measured 4 iterations in a row from its trial's measured iteration 1, each more than 20.0 % over "
+            "the 0.160 s median of the 5 before them (5 of them its warm-up)") in drift.reason
+    assert not of(actions, RollBack) and state.cluster == "A~d1" and state.running == 2
+
+
 @pytest.mark.parametrize("seconds", [
     [0.16, 0.19] * 10,                                      # noise: every other iteration 19 % over
     [0.16] * 6 + [0.40] * 3 + [0.16] * 11,                  # three slow ones in a row, not four
@@ -543,7 +557,7 @@ def test_a_step_inside_a_trial_is_a_cluster_change_and_the_trial_s_plan_is_not_r
 ])
 def test_noise_a_short_burst_and_a_step_down_inside_a_trial_are_no_step(seconds):
     state = committed_candidate()
-    state, actions = feed(state, [0.16] * CFG.warmup + seconds, version=2)
+    state, actions = feed(state, seconds[:1] * CFG.warmup + seconds, version=2)     # warm-up as it starts
     assert not notes(actions, "drift") and state.cluster == "A" and state.trial is None
     assert notes(actions, "kept")                           # judged as before: faster than v1's 0.21 s
 
