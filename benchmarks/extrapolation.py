@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -46,19 +45,15 @@ from optimizer_service.errors import InvalidInputError
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan import Plan
 from optimizer_service.service import search_record
-from optimizer_service.syndicate.facade import plan_job
 from optimizer_service.syndicate.host_contention import Contention, contended_seconds
 from optimizer_service.syndicate.host_load import host_loads
 from optimizer_service.syndicate.live_search import plan_measured
 from optimizer_service.syndicate.plan_import import running_choice
+from optimizer_service.syndicate.problem import Problem
 from optimizer_service.syndicate.refit import refit
 from optimizer_service.syndicate.scheduler import Policy
 from optimizer_service.syndicate.telemetry_fit import TelemetryFit, fit_telemetry
 from optimizer_service.syndicate.trace_window import window_dag
-
-#: Evaluations of the search that builds the first window's problem (its options); the plan priced
-#: is the later record's, not this search's.
-EVALUATIONS = 200
 
 
 def _read(path: Path) -> search_record.SearchRecord:
@@ -113,8 +108,7 @@ def extrapolate(first_path: Path, later_path: Path, demo: dict[int, dict] | None
     dag, measured, _ = window_dag(first.traces, name="live")
     hosts = host_loads(first.traces)
     fitted = refit(topology, first_fit)
-    problem = plan_job(dag, fitted, budget=math.inf, seed=first.seed, name="live", cost=first_fit.motif_cost(fitted),
-                       max_evaluations=EVALUATIONS, hosts=hosts).problem
+    problem = Problem(dag, first_fit.motif_cost(fitted))
     choice = running_choice(problem, plan)
     if choice is None:
         raise InvalidInputError(f"{later_path.name}'s running plan v{plan.version} cannot be read on "

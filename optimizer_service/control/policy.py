@@ -189,10 +189,7 @@ def _watch(state: Policy) -> tuple[Policy, list[Action]]:
                                                                  needed=cfg.consecutive)))
     watches = replace(watches, slow=slow, waits=waits)
     if median is not None:
-        baseline = state.measurement.baseline
-        # a provisional baseline (the trial's median) counts only a median over it: see Measurement.settle
-        drift = (baseline is not None and abs(median / baseline - 1) > cfg.drift_trigger
-                 and (median > baseline or not state.measurement.provisional))
+        drift = state.measurement.drifted(median, cfg)
         best = state.best(excluding=state.running)
         better = best is not None and best[1] < median * (1 - cfg.restore_gain)
         watches = replace(watches, drift=watches.drift.count(drift), channel=watches.channel.count(_channel_moved(state)),
@@ -439,8 +436,9 @@ def _on_iteration(state: Policy, event: Iteration, now: float) -> tuple[Policy, 
         return state, []
     cfg = state.config
     if event.running_version != state.running:
-        trial, tail = state.trial, tuple(seconds for seconds, _ in state.measurement.window[-cfg.step_iterations:])
+        trial = state.trial
         if trial is not None and trial.version == event.running_version and not trial.previous_tail:
+            tail = tuple(seconds for seconds, _ in state.measurement.window[-cfg.step_iterations:])
             state = replace(state, trial=replace(trial, previous_tail=tail))
         state = replace(_fresh(state), running=event.running_version)
         known = state.measured.get(state.cluster, {}).get(state.running)

@@ -106,9 +106,19 @@ class Measurement:
         if median is None:
             return self
         if self.since_switch < config.warmup + 2 * config.window or not (
-                self.baseline is None or self.provisional and median <= self.baseline * (1 + config.drift_trigger)):
+                self.baseline is None or self.provisional and not self.drifted(median, config)):
             return replace(self, settled=median)
-        return replace(self, settled=median, baseline=median, provisional=False,
+        return replace(self._based(median, config, provisional=False), settled=median)
+
+    def drifted(self, median: float, config: PolicyConfig) -> bool:
+        """``median`` more than ``drift_trigger`` away from the baseline (over it, for a provisional one)."""
+        baseline = self.baseline
+        return (baseline is not None and abs(median / baseline - 1) > config.drift_trigger
+                and (median > baseline or not self.provisional))
+
+    def _based(self, median: float, config: PolicyConfig, provisional: bool) -> Measurement:
+        """With ``median`` and the window's channel medians as the baseline."""
+        return replace(self, baseline=median, provisional=provisional,
                        channel_baseline=tuple(self.channel_medians(config.min_samples).items()))
 
     def kept(self, config: PolicyConfig) -> Measurement:
@@ -120,8 +130,7 @@ class Measurement:
         median = self.median_seconds(config.min_samples)
         if self.baseline is not None or median is None:
             return self
-        return replace(self, baseline=median, provisional=True,
-                       channel_baseline=tuple(self.channel_medians(config.min_samples).items()))
+        return self._based(median, config, provisional=True)
 
     def median_seconds(self, min_samples: int) -> float | None:
         """The median iteration time, once ``min_samples`` are measured."""

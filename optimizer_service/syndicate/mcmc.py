@@ -150,7 +150,7 @@ def restarted(problem: Problem, start: Sequence[int], *, restarts: int = RESTART
         left = budget - (clock() - began)
         if chains and (left <= 0 or (max_evaluations is not None and spent >= max_evaluations)):
             break
-        found = mcmc(problem, first, seed=seed + k, allowed=allowed, budget=max(left, 1e-9), clock=clock,
+        found = mcmc(problem, first, seed=seed + k, allowed=allowed, budget=left if chains else budget, clock=clock,
                      max_evaluations=None if max_evaluations is None else max_evaluations - spent, **chain)
         chains.append((found, spent))
         spent += found.evaluations

@@ -65,6 +65,8 @@ def test_chains_share_the_evaluation_bound_and_the_budget_and_keep_to_the_allowe
     assert all(p.options[op][k].channel == "ch0" for op, k in enumerate(found.choice))
     with pytest.raises(InvalidInputError, match="restarts -1"):
         restarted(p, p.greedy(), restarts=-1)
+    with pytest.raises(InvalidInputError, match="budget"):
+        restarted(p, p.greedy(), budget=0)
 
 
 def test_on_a_real_first_window_restarts_leave_the_basin_the_greedy_chain_stops_in():
