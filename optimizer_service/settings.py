@@ -10,6 +10,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from optimizer_service.p2.planner import Limits
+from optimizer_service.service.planning import DEFAULT_NICE, MAX_NICE
 
 _DEFAULTS = Limits()
 DEFAULT_HTTP = "127.0.0.1:8080"
@@ -52,6 +53,9 @@ class Settings(BaseSettings):
     search_records: Path | None = Field(None, description="folder where 'p2 serve' writes each live search's "
                                         "inputs and outcome (JOB-vVERSION.json; 'p2 serve --record-searches'), to "
                                         "be searched again with benchmarks/replay.py")
+    search_nice: int = Field(DEFAULT_NICE, ge=0, le=MAX_NICE, description="how much lower than 'p2 serve' its search worker's "
+                             "CPU priority is (nice; 0: the same): on a host it shares with the job, a search "
+                             "then takes the cores the training loops leave idle")
     vote_timeout: float = Field(10.0, gt=0, description="seconds the service waits for every rank's vote")
     max_jobs: int = Field(1_000, ge=1, le=1_000_000, description="most jobs the service holds; a Register for "
                           "one more is refused until 'p2 jobs delete' removes one")

@@ -11,7 +11,12 @@ of CPU, so it runs in a :class:`Planner`'s worker process (spawned once,
 reused): the gRPC server and the commits of other jobs stay responsive. A
 search that overruns its budget by :data:`GRACE_SECONDS` is killed with its
 worker (the next search starts a fresh one), and so is one whose caller is
-cancelled while the worker runs it (:meth:`Planner._run`).
+cancelled while the worker runs it (:meth:`Planner._run`). The worker runs at a
+lower CPU priority (``nice``, ``P2_SEARCH_NICE``, 10 by default): where the
+service shares a host with the job it plans (the emulated cluster, a small
+cluster's head node) a search takes the cores the training loops leave idle
+rather than slowing the iterations it is planning, and the service's own
+threads (votes, commits, trace collection) keep theirs.
 
 :func:`search` is what runs in the worker: plain values in (trace documents,
 topology YAML), plain values out (:class:`SearchOutcome`), so nothing but JSON
@@ -23,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import multiprocessing
+import os
 import time
 import weakref
 from concurrent.futures import ProcessPoolExecutor
@@ -31,6 +37,8 @@ from dataclasses import dataclass, field
 
 from optimizer_service.errors import InvalidInputError
 
+DEFAULT_NICE = 10           # the search worker's priority below the service's (os.nice)
+MAX_NICE = 19
 GRACE_SECONDS = 60.0        # beyond the budget: pricing and the DAG take time too
 MAX_TIMELINE_TASKS = 4_000  # tasks of the predicted timeline an outcome carries (the dashboard's Gantt)
 
@@ -221,16 +229,26 @@ def resolve_topology(value: str) -> str:
                         f"({', '.join(preset_names())}) or a YAML file on the ranks, or --topology to p2 serve")
 
 
-class Planner:
-    """One worker process for searches, started on first use."""
+def _lower_priority(nice: int) -> None:
+    """The worker's initializer: ``nice`` more than the service (0: as the service)."""
+    if nice > 0:
+        os.nice(nice)
 
-    def __init__(self) -> None:
+
+class Planner:
+    """One worker process for searches, started on first use, ``nice`` below the service."""
+
+    def __init__(self, nice: int = DEFAULT_NICE) -> None:
+        if not 0 <= nice <= MAX_NICE:
+            raise InvalidInputError(f"the search worker's nice value must be 0..{MAX_NICE}, not {nice}")
+        self.nice = nice
         self._pool: ProcessPoolExecutor | None = None
         self._stopped: weakref.WeakSet[ProcessPoolExecutor] = weakref.WeakSet()   # stopped for a cancelled caller
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_lower_priority, initargs=(self.nice,))
         return self._pool
 
     async def plan(self, traces: list[dict], topology_yaml: str, budget: float, seed: int = 0,

@@ -70,7 +70,7 @@ from optimizer_service.plan import Plan
 from optimizer_service.service import search_record
 from optimizer_service.service.jobs import Job
 from optimizer_service.service.live import JobIteration
-from optimizer_service.service.planning import Planner, resolve_topology, short_error
+from optimizer_service.service.planning import DEFAULT_NICE, Planner, resolve_topology, short_error
 from optimizer_service.service.replan_host import ReplanHost
 from optimizer_service.service.traces import TRACE_ITERATIONS
 from optimizer_service.syndicate.live_search import LIVE_EVALUATIONS
@@ -94,6 +94,7 @@ class ReplanConfig:
     seed: int = 0
     evaluations: int = LIVE_EVALUATIONS         # the most each MCMC search evaluates (it never stops by time)
     record_dir: str = ""            # where each search's inputs and outcome are written (search_record); "": nowhere
+    nice: int = DEFAULT_NICE        # the search worker's CPU priority below the service's (P2_SEARCH_NICE)
 
 
 def cluster_key(topology_yaml: str) -> str:
@@ -387,7 +388,7 @@ class Replanner:
 
     def __init__(self, config: ReplanConfig, host: ReplanHost, metrics: ServiceMetrics) -> None:
         self.config, self.host, self.metrics = config, host, metrics
-        self.planner = Planner()
+        self.planner = Planner(config.nice)
         self._loops: dict[str, JobLoop] = {}
 
     def _loop(self, job: Job) -> JobLoop:

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import os
 import time
 
 import pytest
+from pydantic import ValidationError
 
 from optimizer_service.catalog import load_topology
+from optimizer_service.errors import InvalidInputError
 from optimizer_service.plan import Plan
 from optimizer_service.service import planning
 from optimizer_service.service.planning import Planner, PlanningError
+from optimizer_service.settings import Settings
 from tests.support.traces import op, trace
 
 GROUP = list(range(8))
@@ -139,3 +143,25 @@ def test_a_tried_plan_is_fitted_in_the_worker_from_its_motif_times_and_the_next_
     assert passthrough_samples(TOPOLOGY, window)
     after = fit_samples(passthrough_samples(TOPOLOGY, window), TOPOLOGY.channels, prior=fit)
     assert after.channels[1].earlier and after.channels[1].scale == pytest.approx(TRUE[1][2], rel=0.02)
+
+
+def test_the_worker_runs_its_nice_value_below_the_service_and_a_bad_one_is_refused():
+    """A search on a host shared with the job takes the cores its training loops leave idle."""
+    planner = Planner(nice=7)
+    try:
+        worker = asyncio.run(planner._run("reading the worker's priority", 30.0, os.nice, 0))
+    finally:
+        planner.close()
+    assert worker == min(os.nice(0) + 7, planning.MAX_NICE)
+    with pytest.raises(InvalidInputError, match="0..19, not 20"):
+        Planner(nice=20)
+
+
+def test_p2_search_nice_sets_the_workers_priority_within_0_to_19(monkeypatch):
+    monkeypatch.setenv("P2_SEARCH_NICE", "3")
+    assert Settings().search_nice == 3
+    monkeypatch.setenv("P2_SEARCH_NICE", "20")
+    with pytest.raises(ValidationError, match="search_nice"):
+        Settings()
+    monkeypatch.delenv("P2_SEARCH_NICE")
+    assert Settings().search_nice == planning.DEFAULT_NICE
