@@ -26,7 +26,11 @@ averaged away):
   medians after warm-up; a ratio inside one run);
 * time from the first search's request to the committed plan, and the NICs'
   drops per iteration in each phase and peer segment (on the lossy fabric,
-  what a plan gains by avoiding drops).
+  what a plan gains by avoiding drops);
+* how busy the host's cores were in each phase and peer segment, and how much
+  of that was the kernel's interrupts (the emulated NICs' packets): a phase
+  whose cores were all but fully busy is bound by the two cores the emulator
+  shares among its eight ranks, not by the plan or the NICs.
 
 The issue's goals (issue 32, "Measure") are checked per run and shown as
 pass/FAIL in the summary (a benchmark reports; it does not assert): the first
@@ -65,7 +69,7 @@ from pathlib import Path
 from deploy.emulated import FABRICS, can_manage_namespaces, create_cluster, destroy_cluster, run_ranks
 from deploy.emulated.names import check_name
 from deploy.errors import DeployError
-from optimizer_service.cli.demo_report import OFFLINE_PLAN, prediction_error
+from optimizer_service.cli.demo_report import OFFLINE_PLAN, busy_text, prediction_error
 from optimizer_service.cli.demo_run import JOBS
 from optimizer_service.service.store.sqlite_store import SqlitePlanStore
 
@@ -199,10 +203,14 @@ def figures(report: dict, h2h: dict, run: int) -> dict:
             "ratio_to_offline_best": report["replan"]["ratio_to_offline_best"],
             "measured_ratio_to_offline_best": h2h.get("ratio"),
             "seconds_to_first_commit": report["first_plan"]["seconds_to_commit"],
-            "nic_drops_per_iteration": {
-                **{name: phase.get("nic_drops_per_iteration") for name, phase in phases.items()},
-                **{f"peer-{state}": (peer[state] or {}).get("nic_drops_per_iteration")
-                   for state in ("before", "after")}}}
+            "nic_drops_per_iteration": _per_phase(phases, peer, "nic_drops_per_iteration"),
+            "host_cores": _per_phase(phases, peer, "host_cores")}
+
+
+def _per_phase(phases: dict, peer: dict, field: str) -> dict:
+    """``field`` of every phase and peer segment, by name (None where a report has none)."""
+    return {**{name: phase.get(field) for name, phase in phases.items()},
+            **{f"peer-{state}": (peer[state] or {}).get(field) for state in ("before", "after")}}
 
 
 def _at_most(value: float | None, limit: float) -> bool | None:
@@ -265,6 +273,13 @@ def summary(rows: list[dict]) -> list[str]:
                       ("passthrough", "peer-before", "first-plan", "changed", "peer-after", "replanned")))
     lines.append("(seconds per iteration, medians; /peer and /bound: the first plan's speed-up over the peer and its "
                  "ratio to the bound; peer2, /peer2, /bound2: the same after the second NIC was slowed)")
+    lines.append("the host's cores, busy (processes at normal priority and the kernel's interrupts; the kernel's "
+                 "part after k) in pass, peer, first, changed, peer2, replanned:")
+    for row in rows:
+        shares = row.get("host_cores") or {}
+        lines.append(f"  {row['job']} {row['fabric']} run {row['run']}: " +
+                     ", ".join(busy_text(shares.get(name)) for name in
+                               ("passthrough", "peer-before", "first-plan", "changed", "peer-after", "replanned")))
     lines.append("predictions (predicted over measured, minus 1):")
     for row in rows:
         plans = ", ".join(f"v{plan['plan_version']} {fmt(plan['error'], '+.0%')}"

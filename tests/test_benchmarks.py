@@ -198,7 +198,8 @@ def _loop_report(peer_before: float, first: float, replanned: float, errors: tup
         return {"name": name, "plan_version": version, "measured_iteration_seconds": measured,
                 "predicted_iteration_seconds": measured * (1 + errors[0]), "model_iteration_seconds": measured,
                 "bound_iteration_seconds": bound, "ratio_to_bound": measured / bound,
-                "nic_drops_per_iteration": {"0": 0.0, "1": 0.0}}
+                "nic_drops_per_iteration": {"0": 0.0, "1": 0.0},
+                "host_cores": {"busy": 0.9, "kernel": 0.2}}
 
     def peer(measured, bound):
         return {"measured_iteration_seconds": measured, "steps": 35, "nic_drops_per_iteration": {"0": 0.0, "1": 0.0},
@@ -228,6 +229,9 @@ def test_loop_benchmark_checks_the_issues_goals_per_run():
     assert set(met["nic_drops_per_iteration"]) == {"passthrough", "first-plan", "changed", "replanned",
                                                    "peer-before", "peer-after"}
     assert list(loop_bench.goals(met).values()) == [True] * 6
+    assert met["host_cores"]["first-plan"] == {"busy": 0.9, "kernel": 0.2} and met["host_cores"]["peer-before"] is None
+    assert "  dlrm lossless run 1: 90 % (k 20 %), -, 90 % (k 20 %)" in "\n".join(
+        loop_bench.summary([{**met, "goals": loop_bench.goals(met)}]))
 
     # 1.24x over the peer (DLRM's goal is 1.3x), a plan off by 20 %, the replan 40 iterations late and
     # slower than the peer on the changed cluster and than its bound allows.

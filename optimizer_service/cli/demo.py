@@ -90,12 +90,13 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
     \b
     Ends with a table (passthrough, the peer, first plan, after the change
     without replanning, the peer after it, after replanning: measured and
-    predicted iteration times, the lower bound and the ratio to it).
+    predicted iteration times, the lower bound and the ratio to it, how
+    busy the host's cores were).
     --json fields: cluster{fabric, ...}, job, phases[{name, plan_version,
     measured_iteration_seconds, predicted_iteration_seconds,
-    bound_iteration_seconds, ratio_to_bound, nic_drops_per_iteration}],
+    bound_iteration_seconds, ratio_to_bound, nic_drops_per_iteration, host_cores}],
     peer{before, after: {measured_iteration_seconds, steps,
-    nic_drops_per_iteration, bound_iteration_seconds, ratio_to_bound}},
+    nic_drops_per_iteration, host_cores, bound_iteration_seconds, ratio_to_bound}},
     plans[], speedup, speedup_over_peer, replan{iterations_to_commit,
     speedup_over_peer, speedup_over_passthrough, ratio_to_offline_best},
     events[], dashboard.
@@ -122,7 +123,8 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
     started = time.time()
     run = DemoRun(config, work, lambda line: click.echo(line, err=True))
     result = run.run()
-    rows = phases(result["rank0"], result["change_step"], result["plans"], result["events"], result["drops"])
+    rows = phases(result["rank0"], result["change_step"], result["plans"], result["events"], result["drops"],
+                  result["cores"])
     by_name = {row["name"]: row for row in rows}
     peer_rows = peer(result["peer"], rows)
     over_passthrough = speedup(by_name["passthrough"], by_name["first-plan"])

@@ -19,6 +19,12 @@ NICs' ``tbf`` queues dropped per iteration over its steps (each drop costs a
 TCP flow a retransmission, at least 200 ms when it ends a burst: a cost no
 fluid cost model has; None on loopback).
 
+Each phase's ``host_cores`` is how the host's cores were spent over its steps
+(:func:`deploy.emulated.cores.shares`: ``busy`` — processes at normal priority
+and the kernel's interrupts —, ``kernel`` of that, ``niced`` — the service's
+search worker —, ``idle``; None without samples): an iteration whose cores
+were all but fully busy is bound by them, whatever the plan.
+
 Each phase's measured iteration time is the median of its steps. Its
 ``model_iteration_seconds`` is the live search's model time for that plan (for
 passthrough: the first search's model time of the traced job with nothing
@@ -68,6 +74,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from deploy.emulated import cores
 from optimizer_service.errors import InvalidInputError
 
 WARMUP = 5
@@ -85,6 +92,16 @@ def drop_rate(drops: Sequence[tuple[int, dict[int, int]]], first: int, last: int
         return None
     (start, at_start), (end, at_end) = before[-1], after[0]
     return {str(c): (at_end[c] - at_start.get(c, 0)) / (end - start) for c in sorted(at_end)}
+
+
+def core_shares(samples: Sequence[tuple[int, Sequence[float]]], first: int, last: int) -> dict[str, float] | None:
+    """How the host's cores were spent between steps ``first`` and ``last`` (the samples
+    around them, as :func:`drop_rate`; None without two)."""
+    before = [sample for sample in samples if sample[0] < first]
+    after = [sample for sample in samples if sample[0] >= last]
+    if not before or not after or after[0][0] <= before[-1][0]:
+        return None
+    return cores.shares(cores.CoreTimes.from_list(before[-1][1]), cores.CoreTimes.from_list(after[0][1]))
 
 
 def ratio(measured: float | None, bound: float | None) -> float | None:
@@ -122,7 +139,8 @@ def _unplanned(events: list[dict]) -> float | None:
 
 
 def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict],
-           drops: Sequence[tuple[int, dict[int, int]]] = ()) -> list[dict]:
+           drops: Sequence[tuple[int, dict[int, int]]] = (),
+           core_times: Sequence[tuple[int, Sequence[float]]] = ()) -> list[dict]:
     seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
     steps = range(1, len(seconds) + 1)
 
@@ -161,7 +179,8 @@ def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]
                      "predicted_iteration_seconds": None if plan is None else _predicted(plans, plan, unplanned),
                      "model_iteration_seconds": unplanned if plan == 0 else model_seconds(events, plan),
                      "bound_iteration_seconds": bound[name], "ratio_to_bound": ratio(measured, bound[name]),
-                     "nic_drops_per_iteration": drop_rate(drops, picked[0], picked[-1]) if picked else None})
+                     "nic_drops_per_iteration": drop_rate(drops, picked[0], picked[-1]) if picked else None,
+                     "host_cores": core_shares(core_times, picked[0], picked[-1]) if picked else None})
     return rows
 
 
@@ -200,6 +219,7 @@ def peer_segment(segment: dict | None, bound: float | None) -> dict | None:
             "first_step": picked[0] if picked else None, "last_step": picked[-1] if picked else None,
             "gloo_socket_ifname": segment["ifnames"],
             "nic_drops_per_iteration": drop_rate(segment["drops"], picked[0], picked[-1]) if picked else None,
+            "host_cores": core_shares(segment.get("cores", ()), picked[0], picked[-1]) if picked else None,
             "bound_iteration_seconds": bound, "ratio_to_bound": ratio(measured, bound)}
 
 
@@ -316,7 +336,7 @@ def table(rows: list[dict], peer_rows: dict | None = None) -> str:
         if state and peer_rows.get(state):
             shown.append({**peer_rows[state], "name": f"peer-{state}", "plan": "gloo"})
     lines = [f"{'phase':<13} {'plan':>5} {'steps':>6} {'measured':>11} {'predicted':>11} {'error':>6} "
-             f"{'bound':>11} {'/bound':>7}  NIC drops/it"]
+             f"{'bound':>11} {'/bound':>7} {'cores busy':>14}  NIC drops/it"]
     for row in shown:
         measured, predicted = row["measured_iteration_seconds"], row.get("predicted_iteration_seconds")
         off = prediction_error(row)
@@ -326,8 +346,16 @@ def table(rows: list[dict], peer_rows: dict | None = None) -> str:
         rates = row.get("nic_drops_per_iteration")
         drops = " + ".join(f"{rate:.1f}" for rate in rates.values()) if rates else "-"
         lines.append(f"{row['name']:<13} {plan:>5} {row['steps']:>6} {_ms(measured):>11} {_ms(predicted):>11} "
-                     f"{error:>6} {_ms(row['bound_iteration_seconds']):>11} {to_bound:>7}  {drops}")
+                     f"{error:>6} {_ms(row['bound_iteration_seconds']):>11} {to_bound:>7} "
+                     f"{busy_text(row.get('host_cores')):>14}  {drops}")
     return "\n".join(lines)
+
+
+def busy_text(shares: dict | None) -> str:
+    """``"97 % (k 21 %)"``: the cores' busy share and the kernel's part of it ("-" without)."""
+    if not shares:
+        return "-"
+    return f"{shares['busy']:.0%} (k {shares['kernel']:.0%})".replace("%", " %")
 
 
 def plot(path: Path, rank0: dict, change_step: int | None, events: list[dict], title: str,

@@ -16,8 +16,10 @@ The steps (issue 16's main job):
 4. **Change.** Once the service's first plan has been committed and judged
    (kept or rolled back) and has run a while, the second NIC of every node
    (channel 1) is slowed ``throttle`` times with ``tc``.
-5. **Report.** From rank 0's per-step times and plan versions, and the
-   service's stored events and plan records: :mod:`optimizer_service.cli.demo_report`.
+5. **Report.** From rank 0's per-step times and plan versions, the NICs' drops
+   and the host's cores (:mod:`deploy.emulated.cores`) sampled as each step
+   ends, and the service's stored events and plan records:
+   :mod:`optimizer_service.cli.demo_report`.
 
 **The peer** (issue 32, item 5): what a user with two NICs gets without the
 service — the same job under plain gloo with ``GLOO_SOCKET_IFNAME`` listing
@@ -49,6 +51,7 @@ from typing import TextIO
 from deploy.emulated import (
     DEFAULT_FABRIC,
     can_manage_namespaces,
+    cores,
     create_cluster,
     destroy_cluster,
     nic_drops,
@@ -157,6 +160,7 @@ class DemoRun:
         self.progress = Progress(log=(work / "ranks.log").open("w"))
         self.events: list[dict] = []
         self.drops: list[tuple[int, dict[int, int]]] = []     # (rank 0's step, packets the NICs dropped so far)
+        self.cores: list[tuple[int, list[float]]] = []         # (rank 0's step, the host's core times so far)
         self.info = None
         self.topology_path = work / "topology.yaml"
         self.service: subprocess.Popen | None = None
@@ -263,6 +267,7 @@ class DemoRun:
                 self._poll_events(store)
             if self.shaped and (not self.drops or step > self.drops[-1][0]):
                 self.drops.append((step, nic_drops(self.info)))
+            _sample_cores(self.cores, step)
             if step >= shown_step + 10:
                 shown_step = step
                 self.say(self._progress_line(step))
@@ -283,12 +288,12 @@ class DemoRun:
         return {"rank0": json.loads(out.read_text()), "events": self.events, "plans": plans,
                 "change_step": self.progress.change_step, "change_unix": self.progress.change_unix,
                 "shaped": self.shaped, "address": self.address, "steps_seen": list(self.progress.steps),
-                "drops": self.drops}
+                "drops": self.drops, "cores": self.cores}
 
     def _peer(self, state: str) -> dict | None:
         """A peer segment (module docstring): the job under plain gloo over every NIC of the node for
         ``peer_steps`` steps on the cluster as it is now (``state``: "before" or "after" the change).
-        Returns rank 0's JSON, the drops sampled per step and the NICs it used; None on loopback
+        Returns rank 0's JSON, the drops and core times sampled per step and the NICs it used; None on loopback
         (no NICs) or with ``peer_steps`` 0."""
         config = self.config
         if not self.shaped or not config.peer_steps:
@@ -301,10 +306,13 @@ class DemoRun:
         self.say(f"the peer, {state} the change: {config.job} under plain gloo over every NIC "
                  f"(GLOO_SOCKET_IFNAME={ifnames}), {config.peer_steps} steps")
         drops: list[tuple[int, dict[int, int]]] = [(0, nic_drops(self.info))]
+        times: list[tuple[int, list[float]]] = []
+        _sample_cores(times, 0)
 
         def watch(step: int) -> None:
             if step > drops[-1][0]:
                 drops.append((step, nic_drops(self.info)))
+            _sample_cores(times, step)
 
         with (self.work / f"peer-{state}.log").open("w") as log:
             progress = Progress(log=log)
@@ -314,7 +322,8 @@ class DemoRun:
                                  "\n".join(progress.tail[-15:]))
         if drops[-1][0] < config.peer_steps:
             drops.append((config.peer_steps, nic_drops(self.info)))
-        return {"rank0": json.loads(out.read_text()), "drops": drops, "ifnames": ifnames}
+        _sample_cores(times, config.peer_steps)
+        return {"rank0": json.loads(out.read_text()), "drops": drops, "cores": times, "ifnames": ifnames}
 
     def _watch(self, command: list[str], env: dict[str, str], progress: Progress,
                watch: Callable[[int], None]) -> int:
@@ -395,3 +404,12 @@ class DemoRun:
                                timeout=120, check=False)
 
         threading.Thread(target=fetch, daemon=True).start()
+
+
+def _sample_cores(samples: list[tuple[int, list[float]]], step: int) -> None:
+    """Append the host's core times at ``step`` (one sample per step: the first seen)."""
+    if samples and step <= samples[-1][0]:
+        return
+    now = cores.sample()
+    if now is not None:
+        samples.append((step, now.to_list()))

@@ -71,12 +71,14 @@ def test_the_demo_on_the_emulated_cluster_commits_a_plan_and_a_replan_after_the_
     assert phases["replanned"]["measured_iteration_seconds"] is not None, (phases["replanned"], service_lines(result))
     assert phases["replanned"]["measured_iteration_seconds"] > 0
     assert set(phases["passthrough"]["nic_drops_per_iteration"]) == {"0", "1"}
+    assert 0 < phases["first-plan"]["host_cores"]["busy"] <= 1 and phases["first-plan"]["host_cores"]["cores"] >= 1
     assert report["replan"]["offline_best_predicted_seconds"] > 0 and report["replan"]["ratio_to_offline_best"] > 0
     # The peer (plain gloo over both NICs) before the job and on the changed cluster, and the plans' bounds.
     for state in ("before", "after"):
         segment = report["peer"][state]
         assert segment["measured_iteration_seconds"] > 0 and segment["steps"] == 12 - 5, segment
         assert segment["gloo_socket_ifname"] == "nic0,nic1" and set(segment["nic_drops_per_iteration"]) == {"0", "1"}
+        assert 0 < segment["host_cores"]["busy"] <= 1
         assert segment["bound_iteration_seconds"] > 0 and segment["ratio_to_bound"] > 0
     assert report["speedup_over_peer"] > 0 and report["replan"]["speedup_over_peer"] > 0
     for name in ("first-plan", "replanned"):

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from deploy.emulated.cores import CoreTimes
 from optimizer_service.cli.demo_report import (
     PHASES,
     WARMUP,
+    busy_text,
     committed_plans,
+    core_shares,
     drop_rate,
     iterations_to_commit,
     model_seconds,
@@ -48,6 +51,28 @@ def test_phases_carry_the_drops_of_their_steps():
     assert by_name["first-plan"]["nic_drops_per_iteration"] == {"0": pytest.approx(1.0), "1": 0.0}
     assert by_name["first-plan"]["measured_iteration_seconds"] == 0.5
     assert by_name["changed"]["nic_drops_per_iteration"] is None        # no change, no steps
+
+
+def test_phases_and_peer_segments_carry_how_busy_the_hosts_cores_were_over_their_steps():
+    seconds = [1.0] * 10 + [0.5] * 20
+    versions = [0] * 10 + [1] * 20
+    # 2 cores: under passthrough (steps up to 10) 1 core-s of processes per 2 s of the cores' time,
+    # under the plan 0.9 core-s of processes and 0.1 of softirq per 1 s.
+    times = [(s, CoreTimes(2, user=0.5 * min(s, 10) + 0.45 * max(0, s - 10), softirq=0.05 * max(0, s - 10),
+                           idle=1.5 * min(s, 10) + 0.5 * max(0, s - 10)).to_list()) for s in range(31)]
+    rows = phases({"step_seconds": seconds, "plan_versions": versions}, None, {1: {}}, [], (), times)
+    by_name = {row["name"]: row for row in rows}
+    assert by_name["passthrough"]["host_cores"]["busy"] == pytest.approx(0.25)
+    plan = by_name["first-plan"]["host_cores"]
+    assert plan["busy"] == pytest.approx(0.5) and plan["kernel"] == pytest.approx(0.05)
+    assert by_name["changed"]["host_cores"] is None
+    assert core_shares(times, 0, 5) is None and core_shares([], 1, 2) is None
+    assert busy_text(plan) == "50 % (k 5 %)" and busy_text(None) == "-"
+    segment = {"rank0": {"step_seconds": [0.3] * 12}, "drops": [(0, {0: 0}), (12, {0: 0})], "ifnames": "nic0,nic1",
+               "cores": [(0, CoreTimes(2, user=1, idle=1).to_list()), (12, CoreTimes(2, user=3, idle=2).to_list())]}
+    before = peer({"before": segment}, rows)["before"]
+    assert before["host_cores"]["busy"] == pytest.approx(2 / 3)
+    assert "50 % (k 5 %)" in table(rows)
 
 
 def _run(versions: list[int], seconds: list[float]) -> dict:
