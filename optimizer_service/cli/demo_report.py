@@ -86,22 +86,31 @@ PHASES = ("passthrough", "first-plan", "changed", "replanned")
 def drop_rate(drops: Sequence[tuple[int, dict[int, int]]], first: int, last: int) -> dict[str, float] | None:
     """Per channel, packets dropped per iteration between steps ``first`` and
     ``last`` from the demo's ``(step, drops so far)`` samples (None without two around them)."""
-    before = [sample for sample in drops if sample[0] < first]
-    after = [sample for sample in drops if sample[0] >= last]
+    around = _around(drops, first, last)
+    if around is None:
+        return None
+    (start, at_start), (end, at_end) = around
+    return {str(c): (at_end[c] - at_start.get(c, 0)) / (end - start) for c in sorted(at_end)}
+
+
+def _around(samples: Sequence[tuple[int, object]], first: int, last: int) -> tuple[tuple, tuple] | None:
+    """The last ``(step, value)`` sample before step ``first`` and the first at or after
+    ``last`` (the value counted up to that step), or None without two such."""
+    before = [sample for sample in samples if sample[0] < first]
+    after = [sample for sample in samples if sample[0] >= last]
     if not before or not after or after[0][0] <= before[-1][0]:
         return None
-    (start, at_start), (end, at_end) = before[-1], after[0]
-    return {str(c): (at_end[c] - at_start.get(c, 0)) / (end - start) for c in sorted(at_end)}
+    return before[-1], after[0]
 
 
 def core_shares(samples: Sequence[tuple[int, Sequence[float]]], first: int, last: int) -> dict[str, float] | None:
     """How the host's cores were spent between steps ``first`` and ``last`` (the samples
     around them, as :func:`drop_rate`; None without two)."""
-    before = [sample for sample in samples if sample[0] < first]
-    after = [sample for sample in samples if sample[0] >= last]
-    if not before or not after or after[0][0] <= before[-1][0]:
+    around = _around(samples, first, last)
+    if around is None:
         return None
-    return cores.shares(cores.CoreTimes.from_list(before[-1][1]), cores.CoreTimes.from_list(after[0][1]))
+    (_, at_start), (_, at_end) = around
+    return cores.shares(cores.CoreTimes.from_list(at_start), cores.CoreTimes.from_list(at_end))
 
 
 def ratio(measured: float | None, bound: float | None) -> float | None:
