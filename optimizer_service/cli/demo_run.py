@@ -265,9 +265,9 @@ class DemoRun:
                 store = SqlitePlanStore.open(self.work / "service.db")
             if store is not None:
                 self._poll_events(store)
-            if self.shaped and (not self.drops or step > self.drops[-1][0]):
-                self.drops.append((step, nic_drops(self.info)))
-            _sample_cores(self.cores, step)
+            if self.shaped:
+                _sample(self.drops, step, lambda: nic_drops(self.info))
+            _sample(self.cores, step, _core_times)
             if step >= shown_step + 10:
                 shown_step = step
                 self.say(self._progress_line(step))
@@ -305,14 +305,14 @@ class DemoRun:
         command = JOBS[config.job].command("gloo", config.peer_steps, out, config.model)
         self.say(f"the peer, {state} the change: {config.job} under plain gloo over every NIC "
                  f"(GLOO_SOCKET_IFNAME={ifnames}), {config.peer_steps} steps")
-        drops: list[tuple[int, dict[int, int]]] = [(0, nic_drops(self.info))]
+        drops: list[tuple[int, dict[int, int]]] = []
         times: list[tuple[int, list[float]]] = []
-        _sample_cores(times, 0)
 
         def watch(step: int) -> None:
-            if step > drops[-1][0]:
-                drops.append((step, nic_drops(self.info)))
-            _sample_cores(times, step)
+            _sample(drops, step, lambda: nic_drops(self.info))
+            _sample(times, step, _core_times)
+
+        watch(0)
 
         with (self.work / f"peer-{state}.log").open("w") as log:
             progress = Progress(log=log)
@@ -320,9 +320,7 @@ class DemoRun:
         if code != 0 or not out.exists():
             raise JobFailedError(f"the peer run ({state} the change) failed (exit code {code}); its last lines:\n" +
                                  "\n".join(progress.tail[-15:]))
-        if drops[-1][0] < config.peer_steps:
-            drops.append((config.peer_steps, nic_drops(self.info)))
-        _sample_cores(times, config.peer_steps)
+        watch(config.peer_steps)
         return {"rank0": json.loads(out.read_text()), "drops": drops, "cores": times, "ifnames": ifnames}
 
     def _watch(self, command: list[str], env: dict[str, str], progress: Progress,
@@ -406,10 +404,17 @@ class DemoRun:
         threading.Thread(target=fetch, daemon=True).start()
 
 
-def _sample_cores(samples: list[tuple[int, list[float]]], step: int) -> None:
-    """Append the host's core times at ``step`` (one sample per step: the first seen)."""
+def _sample(samples: list[tuple[int, object]], step: int, read: Callable[[], object | None]) -> None:
+    """Append ``(step, read())`` for a step later than the last sampled (one sample per
+    step: the first seen); nothing where ``read`` gives None."""
     if samples and step <= samples[-1][0]:
         return
+    value = read()
+    if value is not None:
+        samples.append((step, value))
+
+
+def _core_times() -> list[float] | None:
+    """The host's core times now, as the report keeps them (None where they cannot be read)."""
     now = cores.sample()
-    if now is not None:
-        samples.append((step, now.to_list()))
+    return None if now is None else now.to_list()
