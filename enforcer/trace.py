@@ -140,19 +140,26 @@ class TraceReader(ABC):
     @abstractmethod
     def iteration_motifs(self, iteration: int, limit: int) -> tuple[list[MotifRecord], int]:
         """The first ``limit`` motifs run for ``iteration``'s ops, in the order they
-        finished, and how many more there were (for telemetry, like :meth:`iteration_ops`)."""
+        finished, and how many more there were (for telemetry, like :meth:`iteration_ops`).
+
+        Called once per iteration, so it reads back from the newest motif only as far
+        as the iteration before ``iteration`` and costs the same at step 10 as at step
+        100,000: a plan moves an op at most across one iteration boundary
+        (``after_previous``, :mod:`optimizer_service.syndicate.dag`), so motifs of
+        ``iteration - 1`` may finish among ``iteration``'s, but none older."""
 
     @abstractmethod
     def wait_seconds(self) -> float:
         """The dispatcher waits the trace keeps, summed."""
 
     @abstractmethod
-    def _waits_and_motifs(self) -> tuple[list[Wait], list[MotifRecord]]:
-        """The kept waits and motifs, copied."""
+    def _waits_and_motifs(self, since: int | None = None) -> tuple[list[Wait], list[MotifRecord]]:
+        """The kept waits and motifs (of iterations ``since`` and later; ``None``: all), copied."""
 
     @abstractmethod
-    def _op_dicts(self) -> tuple[list[dict], int, int]:
-        """The kept ops as dicts (OpRecord's fields), how many were dropped, and the steps so far."""
+    def _op_dicts(self, since: int | None = None) -> tuple[list[dict], int, int]:
+        """The kept ops (of iterations ``since`` and later; ``None``: all) as dicts (OpRecord's
+        fields), how many were dropped, and the steps so far."""
 
     def switched(self, version: int, iteration: int) -> None:
         """A service plan runs from ``iteration`` on (:mod:`enforcer.link.switching`)."""
@@ -168,8 +175,13 @@ class TraceReader(ABC):
     def window(self, iterations: int, max_bytes: int) -> bytes:
         """The trace of the last ``iterations`` finished iterations (0: all kept)
         as JSON, halving the count until it fits ``max_bytes``; the ops of the
-        iteration still running are never in it. ``b""`` when nothing fits."""
-        document = self.to_dict()
+        iteration still running are never in it. ``b""`` when nothing fits.
+
+        With ``step`` boundaries it reads only those iterations and the one before
+        them (for the first op's ``gap``), so a window costs the same late in a long
+        job as early, however much the trace keeps."""
+        since = None if iterations <= 0 or self.steps == 0 else self.iteration - iterations - 1
+        document = self.to_dict(since)
         current = self.iteration
         stepped = document["boundaries"] == "step"
         finished = sorted({op["iteration"] for op in document["ops"]
@@ -189,9 +201,11 @@ class TraceReader(ABC):
             count //= 2
         return b""
 
-    def to_dict(self) -> dict:
-        waits, motifs = self._waits_and_motifs()
-        ops, dropped, steps = self._op_dicts()
+    def to_dict(self, since: int | None = None) -> dict:
+        """The trace document (the module docstring); ``since``: only the iterations from
+        ``since`` on (their ops, waits, motifs and spans), for :meth:`window`."""
+        waits, motifs = self._waits_and_motifs(since)
+        ops, dropped, steps = self._op_dicts(since)
         waits = [asdict(w) for w in waits]
         motifs = [asdict(m) for m in motifs]
         boundaries = "step"
@@ -297,19 +311,7 @@ class Tracer(TraceReader):
 
     # ------------------------------------------------------------------- read
     def iteration_motifs(self, iteration: int, limit: int) -> tuple[list[MotifRecord], int]:
-        while True:     # scans back from the end only: no copy of the whole deque every iteration
-            found: list[MotifRecord] = []
-            try:
-                for record in reversed(self._motifs):
-                    if record.iteration > iteration:
-                        continue
-                    if record.iteration < iteration:
-                        break
-                    found.append(record)
-                break
-            except RuntimeError:        # a channel worker appended meanwhile (no lock: see motif): again
-                continue
-        found.reverse()
+        found = [record for record in _newest(self._motifs, iteration, 1) if record.iteration == iteration]
         return found[:limit], max(0, len(found) - limit)
 
     def iteration_ops(self, iteration: int, limit: int) -> list[OpRecord]:
@@ -328,15 +330,40 @@ class Tracer(TraceReader):
     def wait_seconds(self) -> float:
         return sum(w.seconds for w in list(self._waits))
 
-    def _waits_and_motifs(self) -> tuple[list[Wait], list[MotifRecord]]:
+    def _waits_and_motifs(self, since: int | None = None) -> tuple[list[Wait], list[MotifRecord]]:
         # Waits and motifs are appended without the lock (see motif): list() copies a
         # deque in one call that runs no Python code, so no append lands mid-copy;
         # iterating the deque itself while converting each record did (RuntimeError).
-        return list(self._waits), list(self._motifs)
+        if since is None:
+            return list(self._waits), list(self._motifs)
+        return _newest(self._waits, since, 1), _newest(self._motifs, since, 1)
 
-    def _op_dicts(self) -> tuple[list[dict], int, int]:
+    def _op_dicts(self, since: int | None = None) -> tuple[list[dict], int, int]:
         with self._lock:
-            return [asdict(r) for r in self._ops], self._dropped, self.steps
+            ops = self._ops if since is None else _newest(self._ops, since, 0)
+            return [asdict(r) for r in ops], self._dropped, self.steps
+
+
+def _newest(records: deque, since: int, slack: int) -> list:
+    """The records of iterations ``since`` and later, oldest first, read back from the newest
+    until one more than ``slack`` iterations older than ``since``: ops are recorded in
+    iteration order (slack 0); motifs as they finish, where the previous iteration's may
+    still finish among the next one's (slack 1, :meth:`TraceReader.iteration_motifs`), and
+    waits by dispatcher threads that may read the iteration just before a step (slack 1).
+    Channel workers append without the lock (:meth:`Tracer.motif`); an append during the
+    read is taken as a reason to read again."""
+    while True:
+        found = []
+        try:
+            for record in reversed(records):
+                if record.iteration < since - slack:
+                    break
+                if record.iteration >= since:
+                    found.append(record)
+        except RuntimeError:        # the deque changed under the read (see above): again
+            continue
+        found.reverse()
+        return found
 
 
 def _assign_detected_iterations(ops: list[dict]) -> str:

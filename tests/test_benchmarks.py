@@ -169,6 +169,21 @@ def test_overhead_benchmark_measures_both_implementations(tmp_path):
     assert (tmp_path / "enforcer_overhead.png").stat().st_size > 10_000
 
 
+def test_trace_reads_benchmark_checks_both_reads_against_the_whole_read(tmp_path):
+    done = _run_benchmark("trace_reads.py", "--iterations", "10", "40", "--repeats", "1", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads((tmp_path / "trace_reads.json").read_text())["rows"]
+    impls = ["cpp", "python"] if importlib.import_module("enforcer.group.native").available() else ["python"]
+    assert [(r["impl"], r["iterations_kept"]) for r in rows] == [(impl, n) for impl in impls for n in (10, 40)]
+    for row in rows:
+        assert row["window_windowed_seconds"] > 0 and row["window_whole_seconds"] > 0 and row["window_bytes"] > 0
+        assert (row["telemetry_whole_seconds"] is None) == (row["impl"] == "python")
+    assert "cheaper than the whole read" in done.stdout
+    assert (tmp_path / "trace_reads.png").stat().st_size > 10_000
+    bad = _run_benchmark("trace_reads.py", "--iterations", "3", "--out", str(tmp_path))
+    assert bad.returncode == 2 and "--iterations must lie in" in bad.stderr
+
+
 @pytest.mark.netns
 @pytest.mark.multiproc
 @pytest.mark.slow

@@ -114,24 +114,53 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           if (counts[i]) out[py::str(p2::kOpKindNames[i])] = counts[i];
         return out;
       })
-      .def("snapshot", [](const p2::OpTrace& trace) { return entries(trace.snapshot()); },
-           "Every kept op, oldest first, as (index, iteration, seq, group_seq, kind, dtype, bytes, group id, "
-           "issued, completed or None, enforced, root)")
+      .def("snapshot", [](const p2::OpTrace& trace, int64_t since) { return entries(trace.snapshot(since)); },
+           py::arg("since") = p2::kAllIterations,
+           "Every kept op of iteration `since` or later (default: all), oldest first, as (index, iteration, seq, "
+           "group_seq, kind, dtype, bytes, group id, issued, completed or None, enforced, root)")
       .def("iteration_ops", [](const p2::OpTrace& trace, int64_t iteration, size_t limit) {
         return entries(trace.iteration_ops(iteration, limit));
       }, py::arg("iteration"), py::arg("limit"))
-      .def("waits", [](const p2::OpTrace& trace) {
+      .def("waits", [](const p2::OpTrace& trace, int64_t since) {
         py::list out;
-        for (const auto& w : trace.waits()) out.append(py::make_tuple(w.iteration, w.order, w.seconds));
+        for (const auto& w : trace.waits(since)) out.append(py::make_tuple(w.iteration, w.order, w.seconds));
         return out;
-      }, "The plan runtime's waits, oldest first: (iteration, order, seconds)")
-      .def("motifs", [](const p2::OpTrace& trace) {
+      }, py::arg("since") = p2::kAllIterations,
+         "The plan runtime's waits of iteration `since` or later (default: all), oldest first: "
+         "(iteration, order, seconds)")
+      .def("motifs", [](const p2::OpTrace& trace, int64_t since) {
         py::list out;
-        for (const auto& m : trace.motifs())
+        for (const auto& m : trace.motifs(since))
           out.append(py::make_tuple(m.iteration, m.op_seq, m.order, m.channel, m.waited, m.start, m.seconds));
         return out;
-      }, "The motifs the channel workers ran, in the order they finished: "
-         "(iteration, op_seq, order, channel, waited, start, seconds)")
+      }, py::arg("since") = p2::kAllIterations,
+         "The motifs of iteration `since` or later (default: all) the channel workers ran, in the order they "
+         "finished: (iteration, op_seq, order, channel, waited, start, seconds)")
+      .def("issue", [](p2::OpTrace& trace, const std::string& kind, const std::string& dtype, int64_t bytes,
+                       int32_t group, int32_t root) {
+        for (size_t i = 0; i < p2::kOpKinds; ++i)
+          if (kind == p2::kOpKindNames[i])
+            return trace.issue(static_cast<p2::OpKind>(i), dtype, bytes, group, root).index;
+        throw py::value_error("no op kind named " + kind);
+      }, py::arg("kind"), py::arg("dtype"), py::arg("bytes"), py::arg("group"), py::arg("root") = 0,
+         "Record an op as the backend does; returns its index (for tests and benchmarks of the readers)")
+      .def("add_wait", &p2::OpTrace::add_wait, py::arg("order"), py::arg("seconds"),
+           "Record a dispatcher wait in the current iteration, as the plan runtime does")
+      .def("add_motif", [](p2::OpTrace& trace, int64_t iteration, int64_t op_seq, int64_t order, int64_t channel,
+                           double waited, double start, double seconds) {
+        trace.add_motif(p2::MotifEntry{iteration, op_seq, order, channel, waited, start, seconds});
+      }, py::arg("iteration"), py::arg("op_seq"), py::arg("order"), py::arg("channel"), py::arg("waited"),
+         py::arg("start"), py::arg("seconds"),
+         "Record a motif as the plan runtime's channel workers do (for tests and benchmarks of the readers)")
+      .def("iteration_motifs", [](const p2::OpTrace& trace, int64_t iteration, size_t limit) {
+        auto [motifs, more] = trace.iteration_motifs(iteration, limit);
+        py::list out;
+        for (const auto& m : motifs)
+          out.append(py::make_tuple(m.iteration, m.op_seq, m.order, m.channel, m.waited, m.start, m.seconds));
+        return py::make_tuple(out, more);
+      }, py::arg("iteration"), py::arg("limit"),
+         "The first `limit` motifs of `iteration` as motifs() gives them, and how many more there were; "
+         "reads back only to the iteration before it")
       .def_property_readonly("waited", &p2::OpTrace::waited);
 
   py::class_<p2::PlanRuntime, std::shared_ptr<p2::PlanRuntime>>(m, "PlanRuntime")

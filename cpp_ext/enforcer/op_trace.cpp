@@ -97,10 +97,17 @@ std::array<int64_t, kOpKinds> OpTrace::counts() const {
   return counts_;
 }
 
-std::vector<OpEntry> OpTrace::snapshot() const {
+std::vector<OpEntry> OpTrace::snapshot(int64_t since) const {
   std::lock_guard<std::mutex> lock(mutex_);
   int64_t size = static_cast<int64_t>(ring_.size());
   int64_t first = std::max<int64_t>(0, next_ - size);
+  if (since != kAllIterations) {      // ops are in issue order: bisect for the first of `since` or later
+    int64_t newer = next_;
+    while (first < newer) {
+      int64_t middle = first + (newer - first) / 2;
+      if (ring_[static_cast<size_t>(middle % size)].iteration < since) first = middle + 1; else newer = middle;
+    }
+  }
   std::vector<OpEntry> out;
   out.reserve(static_cast<size_t>(next_ - first));
   for (int64_t i = first; i < next_; ++i) out.push_back(ring_[static_cast<size_t>(i % size)]);
@@ -139,8 +146,23 @@ void OpTrace::add_motif(const MotifEntry& motif) {
   motifs_.push(motif);
 }
 
-std::vector<WaitEntry> OpTrace::waits() const { std::lock_guard<std::mutex> lock(mutex_); return waits_.snapshot(); }
-std::vector<MotifEntry> OpTrace::motifs() const { std::lock_guard<std::mutex> lock(mutex_); return motifs_.snapshot(); }
+std::vector<WaitEntry> OpTrace::waits(int64_t since) const { std::lock_guard<std::mutex> lock(mutex_); return waits_.since(since); }
+std::vector<MotifEntry> OpTrace::motifs(int64_t since) const { std::lock_guard<std::mutex> lock(mutex_); return motifs_.since(since); }
+std::pair<std::vector<MotifEntry>, int64_t> OpTrace::iteration_motifs(int64_t iteration, size_t limit) const {
+  std::vector<MotifEntry> found;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    motifs_.newest_first([&](const MotifEntry& motif) {
+      if (motif.iteration == iteration) found.push_back(motif);
+      return motif.iteration >= iteration - 1;
+    });
+  }
+  std::reverse(found.begin(), found.end());
+  int64_t more = static_cast<int64_t>(found.size()) - static_cast<int64_t>(std::min(limit, found.size()));
+  found.resize(found.size() - static_cast<size_t>(more));
+  return {std::move(found), more};
+}
+
 double OpTrace::waited() const { std::lock_guard<std::mutex> lock(mutex_); return waited_; }
 
 }  // namespace p2

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -65,6 +66,9 @@ struct MotifEntry {
   double seconds = 0.0;
 };
 
+// `since` for the readers below that means every kept record.
+constexpr int64_t kAllIterations = std::numeric_limits<int64_t>::min();
+
 // A bounded FIFO: the newest `capacity` items.
 template <typename T>
 class Ring {
@@ -79,6 +83,25 @@ class Ring {
     std::vector<T> out;
     for (int64_t i = std::max<int64_t>(0, next_ - size); i < next_; ++i) out.push_back(items_[static_cast<size_t>(i % size)]);
     return out;
+  }
+  // The kept items of iteration `since` or later, oldest first, read back from the newest
+  // until one older than `since - 1` (items are recorded in about iteration order).
+  std::vector<T> since(int64_t first) const {
+    std::vector<T> out;
+    if (first == kAllIterations) return snapshot();
+    newest_first([&](const T& item) {
+      if (item.iteration >= first) out.push_back(item);
+      return item.iteration >= first - 1;
+    });
+    std::reverse(out.begin(), out.end());
+    return out;
+  }
+  // Calls `visit` on the kept items, newest first, until it returns false.
+  template <typename Visit>
+  void newest_first(Visit visit) const {
+    int64_t size = static_cast<int64_t>(items_.size());
+    for (int64_t i = next_ - 1; i >= std::max<int64_t>(0, next_ - size); --i)
+      if (!visit(items_[static_cast<size_t>(i % size)])) return;
   }
 
  private:
@@ -105,15 +128,22 @@ class OpTrace {
   int64_t issued() const;
   int64_t dropped() const;
   std::array<int64_t, kOpKinds> counts() const;
-  std::vector<OpEntry> snapshot() const;                    // oldest first
+  // Every kept op of iteration `since` or later (the least int64: all), oldest first.
+  std::vector<OpEntry> snapshot(int64_t since = kAllIterations) const;
   std::vector<OpEntry> iteration_ops(int64_t iteration, size_t limit) const;
   std::pair<std::vector<int64_t>, std::string> group(int32_t id) const;
 
   // The plan runtime's records (the Python tracer's wait() and motif()).
   void add_wait(int64_t order, double seconds);
   void add_motif(const MotifEntry& motif);
-  std::vector<WaitEntry> waits() const;
-  std::vector<MotifEntry> motifs() const;
+  // The kept waits and motifs of iteration `since` or later, oldest first, read back from the
+  // newest to one iteration before `since` (enforcer/trace.py, _newest).
+  std::vector<WaitEntry> waits(int64_t since = kAllIterations) const;
+  std::vector<MotifEntry> motifs(int64_t since = kAllIterations) const;
+  // The first `limit` motifs of `iteration`'s ops in the order they finished, and how many
+  // more there were; reads back from the newest only as far as the iteration before it
+  // (enforcer/trace.py, Tracer.iteration_motifs), so the cost does not grow with the trace.
+  std::pair<std::vector<MotifEntry>, int64_t> iteration_motifs(int64_t iteration, size_t limit) const;
   double waited() const;
 
  private:

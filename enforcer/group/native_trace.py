@@ -7,6 +7,9 @@ from collections import Counter
 from enforcer.trace import TraceReader
 from optimizer_service.plan.trace import MotifRecord, OpRecord, Wait
 
+#: ``since`` for the C++ ring's readers that means every kept record (the least int64).
+ALL = -(2 ** 63)
+
 
 class NativeTracer(TraceReader):
     """The process's trace when its groups are C++ backends: the backend and its plan
@@ -38,20 +41,21 @@ class NativeTracer(TraceReader):
         return [self._record(entry) for entry in self.native.iteration_ops(iteration, limit)]
 
     def iteration_motifs(self, iteration: int, limit: int) -> tuple[list[MotifRecord], int]:
-        found = [MotifRecord(*entry) for entry in self.native.motifs() if entry[0] == iteration]
-        return found[:limit], max(0, len(found) - limit)
+        entries, more = self.native.iteration_motifs(iteration, limit)
+        return [MotifRecord(*entry) for entry in entries], more
 
     def wait_seconds(self) -> float:
         return sum(seconds for _iteration, _order, seconds in self.native.waits())
 
-    def _waits_and_motifs(self) -> tuple[list[Wait], list[MotifRecord]]:
-        return ([Wait(*entry) for entry in self.native.waits()],
-                [MotifRecord(*entry) for entry in self.native.motifs()])
+    def _waits_and_motifs(self, since: int | None = None) -> tuple[list[Wait], list[MotifRecord]]:
+        first = ALL if since is None else since
+        return ([Wait(*entry) for entry in self.native.waits(first)],
+                [MotifRecord(*entry) for entry in self.native.motifs(first)])
 
-    def _op_dicts(self) -> tuple[list[dict], int, int]:
+    def _op_dicts(self, since: int | None = None) -> tuple[list[dict], int, int]:
         fields = OpRecord.__dataclass_fields__
         ops = []
-        for entry in self.native.snapshot():
+        for entry in self.native.snapshot(ALL if since is None else since):
             record = self._record(entry)
             ops.append({name: getattr(record, name) for name in fields})
         return ops, self.native.dropped, self.steps

@@ -10,6 +10,7 @@ import time
 from enforcer.group import native
 from enforcer.group.native_trace import NativeTracer
 from enforcer.trace import TraceReader, Tracer
+from optimizer_service.plan.trace import OpRecord
 
 RECORDING = ("issue", "complete", "wait", "motif")
 
@@ -79,3 +80,113 @@ def test_a_step_from_another_thread_records_no_cpu_for_that_iteration():
     worker.join()
     trace.step()
     assert trace.to_dict()["cpu"] == []        # the thread changed at each lap: no comparable thread CPU
+
+
+# ------------------------------------------------------------ reads that do not grow with the trace
+KINDS = ["python", pytest.param("cpp", marks=pytest.mark.skipif(not native.available(),
+                                                                   reason=native.why_unavailable()))]
+
+
+class Recorder:
+    """Records ops, waits and motifs into either trace the way its runtime does."""
+
+    def __init__(self, kind: str, limit: int = 10_000) -> None:
+        self.trace = Tracer(0, 2, limit) if kind == "python" else NativeTracer(0, 2, limit)
+        self.native = getattr(self.trace, "native", None)
+        if self.native is not None:
+            self.group = self.native.add_group([0, 1], "0")
+
+    def op(self, nbytes: int):
+        if self.native is None:
+            record = self.trace.issue("all_reduce", "float32", nbytes, (0, 1), "0")
+            self.trace.complete(record)
+            return record
+        index = self.native.issue("all_reduce", "float32", nbytes, self.group)
+        self.native.complete(index)
+        return self.trace.iteration_ops(self.trace.iteration, 1_000)[-1]
+
+    def wait(self, order: int) -> None:
+        if self.native is None:
+            self.trace.wait(order, 0.001 * order)
+        else:
+            self.native.add_wait(order, 0.001 * order)
+
+    def motif(self, iteration: int, seq: int, order: int) -> None:
+        if self.native is None:
+            record = OpRecord(iteration, seq, seq, "all_reduce", "float32", 4, (0, 1), "0", 0.0)
+            self.trace.motif(record, order, order % 2, 0.0, 0.5 * iteration, 0.002)
+        else:
+            self.native.add_motif(iteration, seq, order, order % 2, 0.0, 0.5 * iteration, 0.002)
+
+
+def _record_iterations(recorder: Recorder, iterations: int) -> None:
+    """Each iteration: three ops, two waits, four motifs, the last of which finishes among the
+    next iteration's (a plan that moves an op across the boundary)."""
+    for iteration in range(iterations):
+        for seq in range(3):
+            recorder.op(100 * (seq + 1))
+        recorder.wait(0)
+        recorder.wait(1)
+        if iteration > 0:
+            recorder.motif(iteration - 1, 2, 3)
+        for order in range(3):
+            recorder.motif(iteration, order, order)
+        recorder.trace.step()
+
+
+def _whole_read_window(trace: TraceReader, iterations: int) -> dict:
+    """What ``window`` sent when it converted the whole trace and kept the last iterations."""
+    document = trace.to_dict()
+    keep = set(range(trace.iteration - iterations, trace.iteration))
+    for key, index in (("ops", "iteration"), ("iterations", "index"), ("waits", "iteration"),
+                       ("motifs", "iteration"), ("cpu", "iteration")):
+        document[key] = [item for item in document[key] if item[index] in keep]
+    return document
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_window_reads_only_its_iterations_and_sends_what_a_whole_read_would(kind):
+    recorder = Recorder(kind)
+    _record_iterations(recorder, 60)
+    window = json.loads(recorder.trace.window(5, 1 << 20))
+    assert window == _whole_read_window(recorder.trace, 5)
+    assert sorted({op["iteration"] for op in window["ops"]}) == [55, 56, 57, 58, 59]
+    assert window["ops"][0]["gap"] is not None        # the op before the window gave the first op its gap
+    assert [m["iteration"] for m in window["motifs"]].count(55) == 4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_iterations_motifs_include_those_finishing_during_the_next_and_stop_two_back(kind):
+    recorder = Recorder(kind)
+    _record_iterations(recorder, 6)
+    recorder.motif(6, 0, 0)
+    recorder.motif(5, 2, 3)     # iteration 5's last motif finishes during 6
+    recorder.motif(6, 1, 1)
+    motifs, more = recorder.trace.iteration_motifs(5, 10)
+    assert [(m.iteration, m.op_seq) for m in motifs] == [(5, 0), (5, 1), (5, 2), (5, 2)] and more == 0
+    assert recorder.trace.iteration_motifs(5, 3)[1] == 1
+    # An iteration's motifs are read back only as far as the one before it: a motif of
+    # iteration 3 recorded now ends the read of iteration 5's, however many came before.
+    recorder.motif(3, 0, 0)
+    recorder.motif(5, 1, 9)
+    motifs, more = recorder.trace.iteration_motifs(5, 10)
+    assert [(m.iteration, m.order) for m in motifs] == [(5, 9)] and more == 0
+
+
+def test_both_traces_read_the_same_windows_and_motifs():
+    if not native.available():
+        pytest.skip(native.why_unavailable())
+    python, cpp = Recorder("python"), Recorder("cpp")
+    for recorder in (python, cpp):
+        _record_iterations(recorder, 30)
+    for iterations in (1, 4, 40):
+        documents = [json.loads(r.trace.window(iterations, 1 << 20)) for r in (python, cpp)]
+        for document in documents:
+            document.pop("started_unix")
+            for key in ("ops", "iterations"):
+                for item in document[key]:
+                    for time_field in ("issued", "completed", "gap", "start", "end"):
+                        item.pop(time_field, None)
+            document.pop("cpu")
+        assert documents[0] == documents[1]
+    assert python.trace.iteration_motifs(28, 10) == cpp.trace.iteration_motifs(28, 10)
