@@ -114,26 +114,28 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           if (counts[i]) out[py::str(p2::kOpKindNames[i])] = counts[i];
         return out;
       })
-      .def("snapshot", [](const p2::OpTrace& trace, int64_t since) { return entries(trace.snapshot(since)); },
-           py::arg("since") = p2::kAllIterations,
+      .def("snapshot", [](const p2::OpTrace& trace, std::optional<int64_t> since) {
+        return entries(trace.snapshot(since.value_or(p2::kAllIterations)));
+      }, py::arg("since") = py::none(),
            "Every kept op of iteration `since` or later (default: all), oldest first, as (index, iteration, seq, "
            "group_seq, kind, dtype, bytes, group id, issued, completed or None, enforced, root)")
       .def("iteration_ops", [](const p2::OpTrace& trace, int64_t iteration, size_t limit) {
         return entries(trace.iteration_ops(iteration, limit));
       }, py::arg("iteration"), py::arg("limit"))
-      .def("waits", [](const p2::OpTrace& trace, int64_t since) {
+      .def("waits", [](const p2::OpTrace& trace, std::optional<int64_t> since) {
         py::list out;
-        for (const auto& w : trace.waits(since)) out.append(py::make_tuple(w.iteration, w.order, w.seconds));
+        for (const auto& w : trace.waits(since.value_or(p2::kAllIterations)))
+          out.append(py::make_tuple(w.iteration, w.order, w.seconds));
         return out;
-      }, py::arg("since") = p2::kAllIterations,
+      }, py::arg("since") = py::none(),
          "The plan runtime's waits of iteration `since` or later (default: all), oldest first: "
          "(iteration, order, seconds)")
-      .def("motifs", [](const p2::OpTrace& trace, int64_t since) {
+      .def("motifs", [](const p2::OpTrace& trace, std::optional<int64_t> since) {
         py::list out;
-        for (const auto& m : trace.motifs(since))
+        for (const auto& m : trace.motifs(since.value_or(p2::kAllIterations)))
           out.append(py::make_tuple(m.iteration, m.op_seq, m.order, m.channel, m.waited, m.start, m.seconds));
         return out;
-      }, py::arg("since") = p2::kAllIterations,
+      }, py::arg("since") = py::none(),
          "The motifs of iteration `since` or later (default: all) the channel workers ran, in the order they "
          "finished: (iteration, op_seq, order, channel, waited, start, seconds)")
       .def("issue", [](p2::OpTrace& trace, const std::string& kind, const std::string& dtype, int64_t bytes,

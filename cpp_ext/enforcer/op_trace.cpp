@@ -149,15 +149,9 @@ void OpTrace::add_motif(const MotifEntry& motif) {
 std::vector<WaitEntry> OpTrace::waits(int64_t since) const { std::lock_guard<std::mutex> lock(mutex_); return waits_.since(since); }
 std::vector<MotifEntry> OpTrace::motifs(int64_t since) const { std::lock_guard<std::mutex> lock(mutex_); return motifs_.since(since); }
 std::pair<std::vector<MotifEntry>, int64_t> OpTrace::iteration_motifs(int64_t iteration, size_t limit) const {
-  std::vector<MotifEntry> found;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    motifs_.newest_first([&](const MotifEntry& motif) {
-      if (motif.iteration == iteration) found.push_back(motif);
-      return motif.iteration >= iteration - 1;
-    });
-  }
-  std::reverse(found.begin(), found.end());
+  std::vector<MotifEntry> found = motifs(iteration);       // and the next iterations' that finished meanwhile
+  found.erase(std::remove_if(found.begin(), found.end(), [&](const MotifEntry& m) { return m.iteration != iteration; }),
+              found.end());
   int64_t more = static_cast<int64_t>(found.size()) - static_cast<int64_t>(std::min(limit, found.size()));
   found.resize(found.size() - static_cast<size_t>(more));
   return {std::move(found), more};

@@ -87,21 +87,16 @@ class Ring {
   // The kept items of iteration `since` or later, oldest first, read back from the newest
   // until one older than `since - 1` (items are recorded in about iteration order).
   std::vector<T> since(int64_t first) const {
-    std::vector<T> out;
     if (first == kAllIterations) return snapshot();
-    newest_first([&](const T& item) {
+    std::vector<T> out;
+    int64_t size = static_cast<int64_t>(items_.size());
+    for (int64_t i = next_ - 1; i >= std::max<int64_t>(0, next_ - size); --i) {
+      const T& item = items_[static_cast<size_t>(i % size)];
+      if (item.iteration < first - 1) break;
       if (item.iteration >= first) out.push_back(item);
-      return item.iteration >= first - 1;
-    });
+    }
     std::reverse(out.begin(), out.end());
     return out;
-  }
-  // Calls `visit` on the kept items, newest first, until it returns false.
-  template <typename Visit>
-  void newest_first(Visit visit) const {
-    int64_t size = static_cast<int64_t>(items_.size());
-    for (int64_t i = next_ - 1; i >= std::max<int64_t>(0, next_ - size); --i)
-      if (!visit(items_[static_cast<size_t>(i % size)])) return;
   }
 
  private:

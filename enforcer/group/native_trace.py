@@ -7,9 +7,6 @@ from collections import Counter
 from enforcer.trace import TraceReader
 from optimizer_service.plan.trace import MotifRecord, OpRecord, Wait
 
-#: ``since`` for the C++ ring's readers that means every kept record (the least int64).
-ALL = -(2 ** 63)
-
 
 class NativeTracer(TraceReader):
     """The process's trace when its groups are C++ backends: the backend and its plan
@@ -48,14 +45,13 @@ class NativeTracer(TraceReader):
         return sum(seconds for _iteration, _order, seconds in self.native.waits())
 
     def _waits_and_motifs(self, since: int | None = None) -> tuple[list[Wait], list[MotifRecord]]:
-        first = ALL if since is None else since
-        return ([Wait(*entry) for entry in self.native.waits(first)],
-                [MotifRecord(*entry) for entry in self.native.motifs(first)])
+        return ([Wait(*entry) for entry in self.native.waits(since)],
+                [MotifRecord(*entry) for entry in self.native.motifs(since)])
 
     def _op_dicts(self, since: int | None = None) -> tuple[list[dict], int, int]:
         fields = OpRecord.__dataclass_fields__
         ops = []
-        for entry in self.native.snapshot(ALL if since is None else since):
+        for entry in self.native.snapshot(since):
             record = self._record(entry)
             ops.append({name: getattr(record, name) for name in fields})
         return ops, self.native.dropped, self.steps
