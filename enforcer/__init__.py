@@ -33,6 +33,7 @@ from enforcer.api import (  # noqa: E402
     bypass_counts,
     export_trace,
     group_of,
+    idle,
     install_plan,
     metrics_text,
     plan_version,
@@ -42,7 +43,7 @@ from enforcer.api import (  # noqa: E402
 )
 from enforcer.register import implementation, register  # noqa: E402
 
-__all__ = ["attach", "bypass_counts", "export_trace", "group_of", "implementation", "install_plan", "metrics_text",
-           "plan_version", "register", "remove_plan", "step", "trace"]
+__all__ = ["attach", "bypass_counts", "export_trace", "group_of", "idle", "implementation", "install_plan",
+           "metrics_text", "plan_version", "register", "remove_plan", "step", "trace"]
 
 register()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from enforcer import groups, state
@@ -32,6 +34,27 @@ def step() -> int:
             group.link.iteration_done(iteration - 1)
             switching.at_boundary(group, group.link.session, iteration)
     return iteration
+
+
+@contextmanager
+def idle() -> Iterator[None]:
+    """The training loop is idle inside this block, between two iterations (after :func:`step`,
+    before the next iteration's first op): paused by its launcher, say, while another job runs.
+
+    The enforcer leaves that time out of what it measures: the next iteration's telemetry
+    (its duration starts at the block's end), the compute before its first op (the trace's
+    ``gap``, which the optimizer's search reads as compute) and its CPU record. Without it a
+    pause would read as one iteration of that much compute. A no-op without a ``p2enforcer``
+    group."""
+    if not groups.live():
+        yield
+        return
+    tracer = state.tracer()
+    started = tracer.now()
+    try:
+        yield
+    finally:
+        tracer.idle(started, tracer.now())
 
 
 def attach(optimizer) -> None:

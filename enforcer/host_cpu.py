@@ -75,6 +75,13 @@ class CpuClock:
     def __init__(self) -> None:
         self._mark: tuple[int, float, float, float] | None = None
 
+    def mark(self, wall: float) -> None:
+        """Start measuring the running iteration again from now (``wall``, the trace's clock): the
+        loop was idle until now (:func:`enforcer.idle`), which is not the iteration's."""
+        thread = threading.get_ident()
+        if self._mark is not None and self._mark[0] == thread:
+            self._mark = (thread, time.process_time(), time.thread_time(), wall)
+
     def lap(self, iteration: int, wall: float) -> dict | None:
         """The CPU of ``iteration``, which ends now at ``wall`` (seconds on the trace's clock)."""
         thread, own = threading.get_ident(), time.thread_time()

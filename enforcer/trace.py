@@ -13,7 +13,10 @@ op that reached a ``p2enforcer`` process group, in submission order:
 * ``issued`` and ``completed`` — seconds since the trace started (one
   monotonic clock per rank), and ``gap`` — ``issued`` minus the completion of
   the previous op, i.e. the compute between them (negative when the op was
-  issued while the previous one was still running).
+  issued while the previous one was still running). Time the training loop
+  said it was idle (:func:`enforcer.idle`, between two iterations: paused by
+  its launcher) is not compute: the first op after it has its gap from the
+  idle's end.
 
 Iteration boundaries come from :meth:`Tracer.step` (``enforcer.step()``, or
 the hook :func:`enforcer.attach` puts on an optimizer). Without a single
@@ -44,6 +47,7 @@ takes them.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import threading
@@ -60,6 +64,7 @@ from optimizer_service.plan.trace import TRACE_FORMAT, TRACE_VERSION, MotifRecor
 
 
 CPU_RECORDS = 512       # iterations whose CPU the trace keeps (a window asks for tens)
+IDLE_RECORDS = 512      # idle spans the trace keeps (one per pause of the loop; gaps need the recent ones)
 
 
 def detect_period(signatures: Sequence[tuple]) -> tuple[int, int] | None:
@@ -101,6 +106,7 @@ class TraceReader(ABC):
         self.host = host()
         self._clock = CpuClock()
         self._cpu: deque[dict] = deque(maxlen=CPU_RECORDS)
+        self._idle: deque[tuple[float, float]] = deque(maxlen=IDLE_RECORDS)
 
     @abstractmethod
     def now(self) -> float:
@@ -161,6 +167,22 @@ class TraceReader(ABC):
         """The kept ops (of iterations ``since`` and later; ``None``: all) as dicts (OpRecord's
         fields), how many were dropped, and the steps so far."""
 
+    def idle(self, started: float, ended: float) -> None:
+        """The training loop was idle from ``started`` to ``ended`` (this clock), between two
+        iterations (:func:`enforcer.idle`): the next op's gap, the next iteration's telemetry
+        (:mod:`enforcer.link.telemetry`) and its CPU record count from ``ended``."""
+        if not ended > started:
+            return
+        with self._lock:
+            self._idle.append((started, ended))
+            self._clock.mark(ended)
+
+    @property
+    def idle_end(self) -> float | None:
+        """When the loop was last idle until (this clock), or None if it never was."""
+        with self._lock:
+            return self._idle[-1][1] if self._idle else None
+
     def switched(self, version: int, iteration: int) -> None:
         """A service plan runs from ``iteration`` on (:mod:`enforcer.link.switching`)."""
         with self._lock:
@@ -211,10 +233,13 @@ class TraceReader(ABC):
         boundaries = "step"
         if steps == 0:
             boundaries = _assign_detected_iterations(ops)
+        with self._lock:
+            idle_ends = [end for _start, end in self._idle]
         previous_completion = None
         for op in ops:
             op["group"] = list(op["group"])
-            op["gap"] = None if previous_completion is None else op["issued"] - previous_completion
+            op["gap"] = None if previous_completion is None else op["issued"] - _busy_since(
+                previous_completion, op["issued"], idle_ends)
             previous_completion = op["completed"]
         return {
             "format": TRACE_FORMAT,
@@ -381,6 +406,13 @@ def _assign_detected_iterations(ops: list[dict]) -> str:
         op["group_seq"] = group_seq.get(key, 0)
         group_seq[key] = op["group_seq"] + 1
     return "detected"
+
+
+def _busy_since(completed: float, issued: float, idle_ends: Sequence[float]) -> float:
+    """Where the compute before an op issued at ``issued`` began: the previous op's completion
+    ``completed``, or the end of an idle span after it (``idle_ends`` ascending)."""
+    k = bisect.bisect_right(idle_ends, issued)
+    return max(completed, idle_ends[k - 1]) if k else completed
 
 
 def _iteration_spans(ops: list[dict]) -> list[dict]:

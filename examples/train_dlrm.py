@@ -294,8 +294,9 @@ def train(args: argparse.Namespace) -> dict:
         print(shape.describe(world_size), flush=True)
     batches = synthetic_batches(shape, rank)
     losses = []
-    clock = training.StepClock()
+    clock = training.StepClock(args.gate)
     for step in range(1, args.steps + 1):
+        clock.turn(step)
         dense, indices, clicks = next(batches)
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=True)

@@ -18,6 +18,10 @@ rank 0 writes ``{"backend", "world_size", "steps", "losses", "seconds",
 version of the plan the enforcer ran it under, 0 in passthrough;
 :func:`summary` and :class:`StepClock`).
 
+``--gate FILE`` runs the steps in turns a launcher gives (:class:`Gate`): ``p2
+demo`` runs the service's job and the all-NICs peer on one cluster this way,
+interleaved. The waits for a turn are in no step's time.
+
 ``--after-plan N`` (the scripts that use :func:`train`) ends the run N
 steps after the first step that ran under a plan the optimizer service
 committed (``P2_SERVICE``), or at ``--steps``. Every rank switches plans at the
@@ -58,6 +62,9 @@ def parse_args(description: str, argv: list[str] | None = None,
                         help="torch.distributed backend (default: $P2_EXAMPLE_BACKEND or %(default)s)")
     parser.add_argument("--steps", type=int, default=20, help="training steps (default: %(default)s)")
     parser.add_argument("--json", metavar="OUT", help="rank 0 writes the losses and the time here")
+    parser.add_argument("--gate", metavar="FILE",
+                        help="run each step only once FILE holds a number at least its own (turns a launcher "
+                             "gives; see examples/training.py, Gate)")
     if add_flags is not None:
         add_flags(parser)
     args = parser.parse_args(argv)
@@ -118,15 +125,62 @@ def summary(args: argparse.Namespace, losses: list[float], seconds: float) -> di
             "seconds": seconds}
 
 
+class Gate:
+    """``--gate FILE``: each step waits for its turn, so that a launcher can run two jobs on one
+    cluster in turns (``p2 demo`` runs the service's job and the all-NICs peer so, interleaved).
+
+    ``FILE`` holds how many steps the job may have run (no file: none); the launcher raises it
+    a turn at a time, writing it whole (a rename). Before step K every rank waits until it holds
+    K or more, polling every :data:`POLL` seconds. On its first wait each rank creates
+    ``FILE.ready.RANK``: once all are there, every rank has joined the world and built its
+    model, and the launcher can start the turns. The waits are inside :func:`enforcer.idle`:
+    under p2enforcer a pause is no part of the next iteration's time or compute."""
+
+    POLL = 0.01
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._ready = False
+
+    def allowed(self) -> int:
+        """The steps the launcher allows now."""
+        try:
+            with open(self.path) as source:
+                text = source.read().strip()
+        except FileNotFoundError:
+            return 0
+        try:
+            return int(text)
+        except ValueError:
+            raise SystemExit(f"--gate {self.path}: holds {text[:40]!r}, not a number of steps") from None
+
+    def wait(self, step: int) -> None:
+        """Return once step ``step`` may run."""
+        if not self._ready:
+            open(f"{self.path}.ready.{dist.get_rank()}", "w").close()
+            self._ready = True
+        with enforcer.idle():
+            while self.allowed() < step:
+                time.sleep(self.POLL)
+
+
 class StepClock:
     """Per step, its wall time and the plan version the enforcer ran it under (``--json``'s
-    ``step_seconds`` and ``plan_versions``); :meth:`tick` after each step's :func:`finish_step`."""
+    ``step_seconds`` and ``plan_versions``): :meth:`turn` before each step (it waits for the
+    step's turn with ``--gate``, outside the step's time), :meth:`tick` after its :func:`finish_step`."""
 
-    def __init__(self) -> None:
+    def __init__(self, gate: str | None = None) -> None:
         self.start = self.last = time.perf_counter()
         self.step_seconds: list[float] = []
         self.plan_versions: list[int] = []
         self._running = enforcer.plan_version()
+        self.gate = None if gate is None else Gate(gate)
+
+    def turn(self, step: int) -> None:
+        """Step ``step`` starts: with ``--gate``, once its turn has come; its time counts from then."""
+        if self.gate is not None:
+            self.gate.wait(step)
+            self.last = time.perf_counter()
 
     def tick(self) -> None:
         now = time.perf_counter()
@@ -172,8 +226,9 @@ def train(args: argparse.Namespace, build_model: Callable[[], nn.Module], width:
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE)
     batches = synthetic_batches(dist.get_rank(), width)
     losses = []
-    clock = StepClock()
+    clock = StepClock(args.gate)
     for step in range(1, args.steps + 1):
+        clock.turn(step)
         inputs, targets = next(batches)
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.mse_loss(model(inputs), targets)

@@ -39,12 +39,15 @@ class IterationClock:
         self._waited = tracer.waited
 
     def capture(self, iteration: int, running: int) -> IterationTelemetry:
-        """``iteration`` just finished, running plan ``running``: its span, waits and ops."""
+        """``iteration`` just finished, running plan ``running``: its span, waits and ops. The span
+        starts at the last boundary, or where the loop was last idle until if that came after it
+        (:func:`enforcer.idle`: a pause between iterations is not the iteration's)."""
         now = self.tracer.now()
         waited = self.tracer.waited
         ops = self.tracer.iteration_ops(iteration, RANK_TELEMETRY_OPS)
-        item = IterationTelemetry(iteration, self._boundary, now - self._boundary, running,
-                                  max(0.0, waited - self._waited), ops)
+        idle_end = self.tracer.idle_end
+        start = self._boundary if idle_end is None else min(now, max(self._boundary, idle_end))
+        item = IterationTelemetry(iteration, start, now - start, running, max(0.0, waited - self._waited), ops)
         self._boundary, self._waited = now, waited
         return item
 

@@ -1,5 +1,6 @@
 """The p2enforcer backend: registration, the trace, and counting what bypasses it."""
 
+import json
 import os
 import subprocess
 import sys
@@ -56,6 +57,33 @@ def test_detect_period_finds_the_shortest_repeat_after_a_setup_prefix():
 def test_trace_path_per_rank():
     assert str(trace_path("/t/run-{rank}.json", 3)) == "/t/run-3.json"
     assert str(trace_path("/t/run.json", 3)) == "/t/run.rank3.json"
+
+
+IDLE_ONE_RANK = '''
+import json, time, torch, torch.distributed as dist
+import enforcer
+with enforcer.idle():                       # no p2enforcer group yet: nothing to leave out
+    pass
+dist.init_process_group('p2enforcer', store=dist.HashStore(), rank=0, world_size=1)
+t = torch.ones(3)
+for pause in (0.0, 0.3):
+    dist.all_reduce(t)
+    enforcer.step()
+    with enforcer.idle():
+        time.sleep(pause)
+dist.all_reduce(t)
+enforcer.step()
+print(json.dumps({"gaps": [op["gap"] for op in enforcer.trace()["ops"]], "cpu": enforcer.trace()["cpu"]}))
+'''
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_pause_the_loop_declares_idle_is_not_the_next_iterations_compute(impl):
+    done = python(IDLE_ONE_RANK, P2_ENFORCER_IMPL=impl)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert len(result["gaps"]) == 3 and max(result["gaps"][1:]) < 0.2
+    assert [record["iteration"] for record in result["cpu"]] == [1, 2] and result["cpu"][1]["wall"] < 0.2
 
 
 @pytest.mark.multiproc

@@ -190,3 +190,37 @@ def test_both_traces_read_the_same_windows_and_motifs():
             document.pop("cpu")
         assert documents[0] == documents[1]
     assert python.trace.iteration_motifs(28, 10) == cpp.trace.iteration_motifs(28, 10)
+
+
+# ------------------------------------------------------------ idle time between iterations
+@pytest.mark.parametrize("kind", KINDS)
+def test_idle_time_between_iterations_is_no_compute_and_no_part_of_the_next_iteration(kind):
+    from enforcer.link.telemetry import IterationClock
+    recorder = Recorder(kind)
+    trace = recorder.trace
+    recorder.op(100)
+    trace.step()
+    clock = IterationClock(trace)
+    recorder.op(100)
+    trace.step()
+    clock.capture(1, 0)
+    paused = trace.now()
+    time.sleep(0.25)                            # the loop paused by its launcher
+    trace.idle(paused, trace.now())
+    _spin(0.01)
+    recorder.op(100)
+    trace.step()
+    item = clock.capture(2, 0)
+    time.sleep(0.25)                            # a pause nobody declared: compute, as before
+    recorder.op(100)
+    trace.step()
+    ops = trace.to_dict()["ops"]
+    assert 0.005 <= ops[2]["gap"] < 0.1 and ops[3]["gap"] >= 0.25
+    assert 0.005 <= item.duration < 0.1 and item.start >= trace.idle_end - 1e-9
+    cpu = {record["iteration"]: record for record in trace.to_dict()["cpu"]}
+    assert cpu[2]["wall"] < 0.1 and cpu[3]["wall"] >= 0.25
+    window = json.loads(trace.window(2, 1 << 20))       # the search's window reads the same gaps
+    assert [op["gap"] for op in window["ops"]][-2:] == [ops[2]["gap"], ops[3]["gap"]]
+    last = trace.idle_end
+    trace.idle(trace.now(), trace.now() - 1.0)          # an empty or reversed span is no idle
+    assert trace.idle_end == last

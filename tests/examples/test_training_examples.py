@@ -252,3 +252,51 @@ def test_losses_under_a_plan_from_the_trace_equal_gloo(jobs, tmp_path, script):
     mismatches = [(step, want, got) for step, (want, got) in enumerate(zip(reference["losses"], result["losses"]), 1)
                   if not math.isclose(got, want, rel_tol=REL_TOLERANCE)]
     assert mismatches == [], "(step, gloo, p2enforcer with a plan) where they differ"
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_gated_job_runs_its_steps_only_in_the_turns_it_is_given(tmp_path, backend):
+    """``--gate``: every rank reports ready, runs no step before its turn, stops at the end of each
+    turn, and the waits are in no step's time."""
+    import threading
+    if unavailable(backend):
+        pytest.skip(unavailable(backend))
+    gate = tmp_path / "gate"
+    done: list[tuple[dict, list[str]]] = []
+    job = threading.Thread(target=lambda: done.append(run_job("train_ddp.py", backend, 2, 4, tmp_path / "job",
+                                                              flags=["--gate", str(gate)])), daemon=True)
+    job.start()
+
+    def steps_printed() -> list[str]:
+        log = tmp_path / "job" / "rank0.log"
+        return re.findall(r"^step (\d+) ", log.read_text(), re.M) if log.exists() else []
+
+    def until(condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not condition():
+            assert job.is_alive() and time.monotonic() < deadline, "the gated job ended or hung"
+            time.sleep(0.05)
+
+    until(lambda: all(Path(f"{gate}.ready.{rank}").exists() for rank in range(2)))
+    time.sleep(1.0)
+    assert steps_printed() == []                                   # no turn yet
+    for allowed in (2, 4):
+        gate.write_text(f"{allowed}\n")
+        until(lambda allowed=allowed: len(steps_printed()) >= allowed)
+        if allowed < 4:
+            time.sleep(1.0)
+            assert steps_printed() == ["1", "2"]                   # the turn ends at its last step
+    job.join(RUN_TIMEOUT)
+    result, _ = done[0]
+    assert len(result["step_seconds"]) == 4 and max(result["step_seconds"]) < 0.9   # the 1 s waits are no step's
+
+
+def test_a_gate_that_holds_no_number_is_one_line(tmp_path):
+    gate = tmp_path / "gate"
+    gate.write_text("soon")
+    done = subprocess.run(rank_command("train_ddp.py", "gloo", 1, None, ["--gate", str(gate)]), cwd=ROOT,
+                          capture_output=True, text=True, timeout=RUN_TIMEOUT,
+                          env={**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0",
+                               "WORLD_SIZE": "1", "GLOO_SOCKET_IFNAME": "lo"})
+    assert done.returncode != 0 and "holds 'soon', not a number of steps" in done.stderr.strip().splitlines()[-1]
