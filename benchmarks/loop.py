@@ -1,17 +1,21 @@
 """The live loop, measured: ``p2 demo`` on the emulated 2 x 4 cluster (two NICs), per job, fabric and run.
 
 Each run (per job: the DLRM-like job, DDP, FSDP2 in bf16 mixed precision; per
-fabric: lossless, lossy) is one ``p2 demo``: the all-NICs peer (plain gloo,
-``GLOO_SOCKET_IFNAME`` listing both NICs) before the job, passthrough (the
-inner backend on one NIC), the service's first plan (searched from the live
-job's trace windows and committed with two-phase commit), the second NIC
-slowed ``--throttle`` times, whatever the service replans, and the peer again
-on the changed cluster. From each run's JSON (every run is reported, none
+fabric: lossless, lossy) is one ``p2 demo``: passthrough (the inner backend
+on one NIC), the service's first plan (searched from the live job's trace
+windows and committed with two-phase commit), the second NIC slowed
+``--throttle`` times and whatever the service replans — with the all-NICs
+peer (plain gloo, ``GLOO_SOCKET_IFNAME`` listing both NICs) in turns with the
+job on the same cluster, ``--peer-steps`` steps after every 20 of the job's
+(``p2 demo --peer-every``). From each run's JSON (every run is reported, none
 averaged away):
 
-* passthrough, the peer, the first committed plan and the best committed plan
-  (the fastest measured before the change), each with its ratio to the bound
-  (the lower bound on the iteration time the plan carries);
+* passthrough, the peer (its turns before the change), the first committed
+  plan and the best committed plan (the fastest measured before the change),
+  each with its ratio to the bound (the lower bound on the iteration time the
+  plan carries); the first plan's and the replanned plan's speed-up over the
+  peer is over the peer's turns beside each (``first_plan_peer_seconds``,
+  ``replanned_peer_seconds``), so a drift of the host over the run meets both;
 * the prediction error of passthrough and of every committed plan, each on
   the cluster state it was committed for (``p2 demo``'s ``plans``), and the
   model's own error;
@@ -83,8 +87,8 @@ PREDICTION_ERROR = 0.15
 ITERATIONS_TO_COMMIT = 30
 #: The runs' sizes; ``--quick``: a short demo (enough steps for a plan and a replan), short peer and
 #: head-to-head runs.
-FULL = {"steps": 200, "peer_steps": 40, "h2h_steps": 30, "h2h_rounds": 2, "demo_args": []}
-QUICK = {"steps": 130, "peer_steps": 12, "h2h_steps": 12, "h2h_rounds": 1, "demo_args": ["--search-budget", "1"]}
+FULL = {"steps": 200, "peer_steps": 10, "h2h_steps": 30, "h2h_rounds": 2, "demo_args": []}
+QUICK = {"steps": 130, "peer_steps": 8, "h2h_steps": 12, "h2h_rounds": 1, "demo_args": ["--search-budget", "1"]}
 
 
 #: What each run keeps of its work folder (``--out/runs/JOB-FABRIC-RUN/``): the demo's JSON, the
@@ -177,6 +181,7 @@ def figures(report: dict, h2h: dict, run: int) -> dict:
             "first_plan_seconds": _measured(first),
             "first_plan_predicted_seconds": first["predicted_iteration_seconds"],
             "speedup": report["speedup"],
+            "first_plan_peer_seconds": first.get("peer_iteration_seconds"),
             "speedup_over_peer": report["speedup_over_peer"],
             "best_plan_version": None if best is None else best["plan_version"],
             "best_plan_seconds": None if best is None else best["measured_iteration_seconds"],
@@ -195,6 +200,7 @@ def figures(report: dict, h2h: dict, run: int) -> dict:
             "changed_seconds": _measured(phases["changed"]),
             "peer_after_seconds": _measured(peer["after"]),
             "replanned_seconds": _measured(phases["replanned"]),
+            "replanned_peer_seconds": phases["replanned"].get("peer_iteration_seconds"),
             "new_bound_seconds": phases["replanned"]["bound_iteration_seconds"],
             "replanned_ratio_to_bound": phases["replanned"]["ratio_to_bound"],
             "iterations_to_commit": report["replan"]["iterations_to_commit"],
@@ -222,8 +228,9 @@ def goals(row: dict) -> dict[str, bool | None]:
     no peer or no bound: the run cannot show it)."""
     errors = [row["passthrough_prediction_error"]] + [plan["error"] for plan in row["plan_prediction_errors"]]
     replanned = row["replanned_seconds"]
-    slower = (None if replanned is None or row["passthrough_seconds"] is None or row["peer_after_seconds"] is None
-              else replanned <= min(row["passthrough_seconds"], row["peer_after_seconds"]))
+    peer = row.get("replanned_peer_seconds") or row["peer_after_seconds"]
+    slower = (None if replanned is None or row["passthrough_seconds"] is None or peer is None
+              else replanned <= min(row["passthrough_seconds"], peer))
     over_peer = row["speedup_over_peer"]
     return {
         f"first plan >= {OVER_PEER[row['job']]:g}x over the peer":
@@ -271,8 +278,9 @@ def summary(rows: list[dict]) -> list[str]:
             f"{fmt(row['measured_ratio_to_offline_best'], '.2f'):>8}  " +
             ", ".join(drops_text(drops.get(name)) for name in
                       ("passthrough", "peer-before", "first-plan", "changed", "peer-after", "replanned")))
-    lines.append("(seconds per iteration, medians; /peer and /bound: the first plan's speed-up over the peer and its "
-                 "ratio to the bound; peer2, /peer2, /bound2: the same after the second NIC was slowed)")
+    lines.append("(seconds per iteration, medians; peer: the peer's turns before the change; /peer and /bound: the "
+                 "first plan's speed-up over the peer's turns beside it and its ratio to the bound; peer2, /peer2, "
+                 "/bound2: the same after the second NIC was slowed)")
     lines.append("the host's cores, busy (processes at normal priority and the kernel's interrupts; the kernel's "
                  "part after k) in pass, peer, first, changed, peer2, replanned:")
     for row in rows:
@@ -298,7 +306,8 @@ def summary(rows: list[dict]) -> list[str]:
 
 def plot(path: Path, reports: list[dict], jobs: list[str], fabrics: list[str]) -> None:
     """One panel per job and fabric: every run's iteration times, its plan switches, the change and the
-    peer (dotted: its median before and after the change)."""
+    peer (dots: each of its turns' median, after the job's step it followed; dotted: its median before and
+    after the change)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -322,6 +331,9 @@ def plot(path: Path, reports: list[dict], jobs: list[str], fabrics: list[str]) -
             row = report["peer"][state]
             if row and row["measured_iteration_seconds"]:
                 axis.plot(span, [row["measured_iteration_seconds"] * 1e3] * 2, ls=":", lw=1.4, color=line.get_color())
+                turns = row.get("turn_seconds") or []
+                axis.plot([step + 0.5 for step, _ in turns], [value * 1e3 for _, value in turns], ls="", marker="o",
+                          ms=2.5, color=line.get_color())
     for job_axes, job in zip(axes, jobs):
         for axis, fabric in zip(job_axes, fabrics):
             axis.set_title(f"{JOBS[job].title}, {fabric} fabric", fontsize=9)
@@ -351,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fabrics", default=",".join(FABRICS), help="comma-separated: " + ", ".join(FABRICS))
     parser.add_argument("--runs", type=int, default=3, help="demo runs per job and fabric (each reported)")
     parser.add_argument("--steps", type=int, help="steps of each demo (default 200; --quick: 130)")
-    parser.add_argument("--peer-steps", type=int, help="steps of each peer segment (default 40; --quick: 12)")
+    parser.add_argument("--peer-steps", type=int, help="steps of each of the peer's turns (default 10; --quick: 8)")
     parser.add_argument("--throttle", type=float, default=4.0)
     parser.add_argument("--h2h-steps", type=int, help="steps of each head-to-head run (default 30; --quick: 12)")
     parser.add_argument("--h2h-rounds", type=int, help="alternations of the two plans (default 2; --quick: 1)")

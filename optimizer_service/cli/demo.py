@@ -14,12 +14,15 @@ import click
 
 from optimizer_service.cli.cluster import Rate, fabric_option, name_option
 from optimizer_service.cli.demo_report import (
+    TURN_WARMUP,
     WARMUP,
+    beside,
     committed_plans,
     first_plan,
     iterations_to_commit,
     model_seconds,
     offline_best,
+    over_peer_beside,
     peer,
     phases,
     plot,
@@ -46,9 +49,12 @@ from optimizer_service.settings import Settings
               help="The job: the DLRM-like model (all-to-all + all-reduce), a plain DDP MLP (all-reduce) or "
                    "FSDP2 in bf16 mixed precision (all-gather, reduce-scatter).")
 @fabric_option()
-@click.option("--peer-steps", type=click.IntRange(0, 100_000), default=40, show_default=True,
-              help=f"Steps of each run of the peer (plain gloo over every NIC), before the job and after the "
-                   f"change; its median skips the first {WARMUP}. 0: no peer.")
+@click.option("--peer-steps", type=click.IntRange(0, 100_000), default=10, show_default=True,
+              help=f"Steps of each of the peer's turns (plain gloo over every NIC, in turns with the job on the "
+                   f"same cluster); its medians skip the first {TURN_WARMUP} of each turn, {WARMUP} of the first. "
+                   f"0: no peer.")
+@click.option("--peer-every", type=click.IntRange(1, 100_000), default=20, show_default=True,
+              help="Steps of the job between two of the peer's turns.")
 @click.option("--tables", type=click.IntRange(1), help="Embedding tables (train_dlrm.py's default: 16).")
 @click.option("--rows", type=click.IntRange(1), help="Rows per table (default 20000).")
 @click.option("--dim", type=click.IntRange(1), help="Embedding dimension (default 64).")
@@ -65,7 +71,8 @@ from optimizer_service.settings import Settings
               help="Plot iteration time over the run, with plan switches and the change.")
 @click.pass_obj
 def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float, throttle: float, steps: int, job: str,
-         fabric: str, peer_steps: int, tables: int | None, rows: int | None, dim: int | None, batch: int | None,
+         fabric: str, peer_steps: int, peer_every: int, tables: int | None, rows: int | None, dim: int | None,
+         batch: int | None,
          search_budget: float, loopback: bool, name: str, work_dir: Path | None, json_out: str | None,
          plot_out: Path | None) -> None:
     """Show the loop: a DLRM-like job on an emulated cluster gets planned,
@@ -82,10 +89,12 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
     loopback, without NICs (no speed-up to show, no change).
 
     \b
-    The peer: before the job, and after it on the changed cluster, the
-    same job runs PEER_STEPS steps under plain gloo over every NIC of the
-    node (GLOO_SOCKET_IFNAME=nic0,nic1), what a user with two NICs gets
-    without the service; passthrough is the inner backend on one NIC.
+    The peer: the same job under plain gloo over every NIC of the node
+    (GLOO_SOCKET_IFNAME=nic0,nic1), what a user with two NICs gets without
+    the service, runs in turns with the service's job on the same cluster:
+    PEER_STEPS steps after every PEER_EVERY of the job's. Each plan is
+    compared with the peer's turns beside it. Passthrough is the inner
+    backend on one NIC.
 
     \b
     Ends with a table (passthrough, the peer, first plan, after the change
@@ -94,8 +103,9 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
     busy the host's cores were).
     --json fields: cluster{fabric, ...}, job, phases[{name, plan_version,
     measured_iteration_seconds, predicted_iteration_seconds,
-    bound_iteration_seconds, ratio_to_bound, nic_drops_per_iteration, host_cores}],
-    peer{before, after: {measured_iteration_seconds, steps,
+    bound_iteration_seconds, ratio_to_bound, nic_drops_per_iteration, host_cores,
+    peer_iteration_seconds, peer_turns, speedup_over_peer}],
+    peer{before, after: {measured_iteration_seconds, steps, turns, turn_seconds,
     nic_drops_per_iteration, host_cores, bound_iteration_seconds, ratio_to_bound}},
     plans[], speedup, speedup_over_peer, replan{iterations_to_commit,
     speedup_over_peer, speedup_over_passthrough, ratio_to_offline_best},
@@ -110,8 +120,8 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
     if model and job != "dlrm":
         raise InvalidInputError(f"{model[0]} sizes the DLRM-like model; --job {job} has a fixed model (drop the flag)")
     if 0 < peer_steps <= WARMUP:
-        raise InvalidInputError(f"--peer-steps {peer_steps} leaves no step after the peer's {WARMUP} warm-up steps; "
-                                f"give more than {WARMUP}, or 0 for no peer")
+        raise InvalidInputError(f"--peer-steps {peer_steps} leaves no step after the peer's {WARMUP} warm-up steps "
+                                f"(its first turn's); give more than {WARMUP}, or 0 for no peer")
     if tables is not None and tables % (nodes * per_node):
         raise InvalidInputError(f"--tables {tables} must be a multiple of the {nodes * per_node} ranks "
                                 "(each rank owns whole tables)")
@@ -119,16 +129,17 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
     work.mkdir(parents=True, exist_ok=True)
     config = DemoConfig(nodes=nodes, per_node=per_node, nic=nic, nic2=nic2, throttle=throttle, steps=steps,
                         model=tuple(model), search_budget=search_budget, name=name, loopback=loopback, job=job,
-                        fabric=fabric, peer_steps=peer_steps)
+                        fabric=fabric, peer_steps=peer_steps, peer_every=peer_every)
     started = time.time()
     run = DemoRun(config, work, lambda line: click.echo(line, err=True))
     result = run.run()
     rows = phases(result["rank0"], result["change_step"], result["plans"], result["events"], result["drops"],
-                  result["cores"])
+                  result["cores"], result["turn_warmup"])
+    beside(rows, result["peer"])
     by_name = {row["name"]: row for row in rows}
     peer_rows = peer(result["peer"], rows)
     over_passthrough = speedup(by_name["passthrough"], by_name["first-plan"])
-    over_peer = speedup(peer_rows["before"], by_name["first-plan"])
+    over_peer = over_peer_beside(by_name["first-plan"], peer_rows["before"])
     best = offline_best(work, run.topology_path, throttle, search_budget) if result["shaped"] else None
     replanned_model = model_seconds(result["events"], by_name["replanned"]["plan_version"])
     ratio = replanned_model / best if best and replanned_model else None
@@ -141,12 +152,14 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
                 "model": result["rank0"].get("model"), "world_size": result["rank0"].get("world_size")},
         "phases": rows,
         "peer": peer_rows,
-        "plans": committed_plans(result["rank0"], result["change_step"], result["plans"], result["events"]),
+        "plans": committed_plans(result["rank0"], result["change_step"], result["plans"], result["events"],
+                                 result["turn_warmup"]),
+        "turn_warmup": result["turn_warmup"],
         "speedup": over_passthrough,
         "speedup_over_peer": over_peer,
         "replan": {"change_step": result["change_step"],
                    "iterations_to_commit": iterations_to_commit(result["events"], result["change_step"]),
-                   "speedup_over_peer": speedup(peer_rows["after"], by_name["replanned"]),
+                   "speedup_over_peer": over_peer_beside(by_name["replanned"], peer_rows["after"]),
                    "speedup_over_passthrough": speedup(by_name["passthrough"], by_name["replanned"]),
                    "ratio_to_offline_best": ratio, "offline_best_predicted_seconds": best,
                    "replanned_model_seconds": replanned_model},

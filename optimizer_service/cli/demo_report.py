@@ -50,14 +50,22 @@ before the change get the first plan's bound; ``changed``, ``replanned`` and
 the peer after the change the replanned plan's (searched on the changed
 cluster). ``ratio_to_bound`` is measured over bound (None without a bound).
 
-**The peer** (:mod:`optimizer_service.cli.demo_run`): the job under plain gloo
-over every NIC, a segment before the service's job and one after the change;
-each segment's measured time is the median of its steps after :data:`WARMUP`,
-its drops per iteration are over those steps. ``speedup_over_peer``: the peer
-before over the first plan; ``replan.speedup_over_peer``: the peer after over
-the replanned plan; ``replan.speedup_over_passthrough``: passthrough over the
-replanned plan, passthrough's time taken before the change (it runs on the
-first NIC alone, which the change leaves as it was).
+**The peer** (:mod:`optimizer_service.cli.demo_turns`): the job under plain
+gloo over every NIC, in turns with the service's job. ``peer.before`` and
+``peer.after`` are its turns on each cluster state as one row: the median of
+their steps after each turn's warm-up (:data:`TURN_WARMUP`; :data:`WARMUP` in
+the first turn), the drops per iteration and the cores' shares over those
+steps, ``turns``, and ``turn_seconds`` (per turn: the job's step it followed
+and the turn's median). Each phase's ``peer_iteration_seconds`` is the median
+of the peer's turns *beside* it (on its cluster state, run within one of the
+job's turns of the phase's steps: ``every``): ``speedup_over_peer`` is the first
+plan's, ``replan.speedup_over_peer`` the replanned plan's — each plan against
+the peer measured minutes, not a run, apart (without a turn beside it, the
+peer's row of its cluster state). ``replan.speedup_over_passthrough``:
+passthrough over the replanned plan, passthrough's time taken before the
+change (it runs on the first NIC alone, which the change leaves as it was).
+The job's first :data:`TURN_WARMUP` steps of each of its turns after the
+first are in no phase (``turn_warmup``): neither job's median counts a resumption.
 
 **Committed plans** (:func:`committed_plans`): every plan version the job ran,
 measured on the cluster state it was committed for (before or after the
@@ -70,7 +78,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -79,6 +87,10 @@ from optimizer_service.errors import InvalidInputError
 
 WARMUP = 5
 SETTLE = 3
+#: Steps at the start of each turn of a job run in turns that no median takes
+#: (:mod:`optimizer_service.cli.demo_turns`): a job resumed after a pause starts its TCP flows
+#: from a small window again (slow start after idle) and its caches cold.
+TURN_WARMUP = 2
 TRACE_DIR = "traces-changed"
 PHASES = ("passthrough", "first-plan", "changed", "replanned")
 
@@ -149,9 +161,11 @@ def _unplanned(events: list[dict]) -> float | None:
 
 def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict],
            drops: Sequence[tuple[int, dict[int, int]]] = (),
-           core_times: Sequence[tuple[int, Sequence[float]]] = ()) -> list[dict]:
+           core_times: Sequence[tuple[int, Sequence[float]]] = (), skip: Collection[int] = ()) -> list[dict]:
+    """The phases' rows (module docstring); ``skip``: steps no phase takes (``turn_warmup``)."""
     seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
-    steps = range(1, len(seconds) + 1)
+    skipped = set(skip)
+    steps = [s for s in range(1, len(seconds) + 1) if s not in skipped]
 
     def v(step: int) -> int:
         return versions[step - 1]
@@ -193,16 +207,18 @@ def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]
     return rows
 
 
-def committed_plans(rank0: dict, change_step: int | None, plans: dict, events: list[dict]) -> list[dict]:
+def committed_plans(rank0: dict, change_step: int | None, plans: dict, events: list[dict],
+                    skip: Collection[int] = ()) -> list[dict]:
     """Every plan version the job ran (module docstring), on the cluster state it was committed for:
     ``cluster`` "before" when it first ran before the change (its steps before the change), else
-    "after" (its steps after the change's first two)."""
+    "after" (its steps after the change's first two); ``skip`` as for :func:`phases`."""
     seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
     change = change_step if change_step is not None else len(seconds) + 1
     unplanned = _unplanned(events)
+    skipped = set(skip)
     rows = []
     for version in sorted(set(versions) - {0}):
-        ran = [s for s in range(1, len(seconds) + 1) if versions[s - 1] == version]
+        ran = [s for s in range(1, len(seconds) + 1) if versions[s - 1] == version and s not in skipped]
         before = ran[0] < change
         picked = [s for s in ran if (s < change if before else s > change + 1) and _since_switch(versions, s) >= SETTLE]
         measured = statistics.median(seconds[s - 1] for s in picked) if picked else None
@@ -216,27 +232,83 @@ def committed_plans(rank0: dict, change_step: int | None, plans: dict, events: l
     return rows
 
 
-def peer_segment(segment: dict | None, bound: float | None) -> dict | None:
-    """One peer segment's row: its steps after :data:`WARMUP`, their median, the drops per
-    iteration over them, and ``bound`` (the plans' beside it; None for no segment)."""
-    if segment is None:
-        return None
-    seconds = segment["rank0"]["step_seconds"]
-    picked = list(range(WARMUP + 1, len(seconds) + 1))
-    measured = statistics.median(seconds[s - 1] for s in picked) if picked else None
-    return {"measured_iteration_seconds": measured, "steps": len(picked),
-            "first_step": picked[0] if picked else None, "last_step": picked[-1] if picked else None,
-            "gloo_socket_ifname": segment["ifnames"],
-            "nic_drops_per_iteration": drop_rate(segment["drops"], picked[0], picked[-1]) if picked else None,
-            "host_cores": core_shares(segment.get("cores", ()), picked[0], picked[-1]) if picked else None,
-            "bound_iteration_seconds": bound, "ratio_to_bound": ratio(measured, bound)}
-
-
-def peer(segments: dict, rows: list[dict]) -> dict:
-    """``{before, after}``: the peer segments' rows, each with the bound of the phases beside it."""
+def peer(result: dict | None, rows: list[dict]) -> dict:
+    """``{before, after}``: the peer's turns on each cluster state as one row (module docstring), each
+    with the bound of the phases beside it (None for a state without turns, or without a peer)."""
     bound = {row["name"]: row["bound_iteration_seconds"] for row in rows}
-    return {"before": peer_segment(segments.get("before"), bound["first-plan"]),
-            "after": peer_segment(segments.get("after"), bound["replanned"])}
+    turns = (result or {}).get("turns", [])
+    return {state: peer_row(result, [turn for turn in turns if turn["cluster"] == state],
+                            bound["first-plan" if state == "before" else "replanned"])
+            for state in ("before", "after")}
+
+
+def _measured(turn: dict, count: int) -> list[int]:
+    """The peer's steps of ``turn`` that its medians take (of the ``count`` it ran)."""
+    return [s for s in range(turn["measured_from"], turn["last_step"] + 1) if s <= count]
+
+
+def peer_row(result: dict | None, turns: list[dict], bound: float | None) -> dict | None:
+    """One row of the peer's ``turns`` (None without any)."""
+    if result is None or not turns:
+        return None
+    seconds = result["rank0"]["step_seconds"]
+    picked = [s for turn in turns for s in _measured(turn, len(seconds))]
+    if not picked:
+        return None
+    measured = statistics.median(seconds[s - 1] for s in picked)
+    per_turn = [(turn["job_step"], [seconds[s - 1] for s in _measured(turn, len(seconds))]) for turn in turns]
+    drops, spent = _turn_sum(turns, "drops"), _turn_sum(turns, "cores")
+    shares = None
+    if spent is not None:
+        nothing = cores.CoreTimes.from_list([spent[0]] + [0.0] * (len(spent) - 1))
+        shares = cores.shares(nothing, cores.CoreTimes.from_list(spent))
+    return {"measured_iteration_seconds": measured, "steps": len(picked), "turns": len(turns),
+            "first_step": picked[0], "last_step": picked[-1], "gloo_socket_ifname": result["ifnames"],
+            "turn_seconds": [[step, statistics.median(times)] for step, times in per_turn if times],
+            "nic_drops_per_iteration": None if drops is None else {c: n / len(picked)
+                                                                   for c, n in sorted(drops.items())},
+            "host_cores": shares, "bound_iteration_seconds": bound, "ratio_to_bound": ratio(measured, bound)}
+
+
+def _turn_sum(turns: list[dict], kind: str) -> dict | list | None:
+    """The turns' ``kind`` ("drops": per channel, "cores": core times, CPU count first) between each
+    turn's ``start`` and ``end`` readings, summed (None where a turn lacks them)."""
+    total = None
+    for turn in turns:
+        start, end = (turn.get("start") or {}).get(kind), (turn.get("end") or {}).get(kind)
+        if start is None or end is None:
+            return None
+        if kind == "drops":
+            delta = {str(c): end[c] - start.get(c, 0) for c in end}
+            total = delta if total is None else {c: total.get(c, 0) + n for c, n in delta.items()}
+        else:
+            delta = [end[0], *(b - a for a, b in zip(start[1:], end[1:]))]
+            total = delta if total is None else [end[0], *(a + b for a, b in zip(total[1:], delta[1:]))]
+    return total
+
+
+def beside(rows: list[dict], result: dict | None) -> None:
+    """Give each phase row its ``peer_iteration_seconds`` and ``speedup_over_peer`` (module docstring)."""
+    turns = (result or {}).get("turns", [])
+    seconds = (result or {}).get("rank0", {}).get("step_seconds", [])
+    every = (result or {}).get("every", 0)
+    for row in rows:
+        state = "before" if row["name"] in ("passthrough", "first-plan") else "after"
+        near = [turn for turn in turns if turn["cluster"] == state and row["first_step"] is not None
+                and row["first_step"] - every <= turn["job_step"] <= row["last_step"] + every]
+        picked = [s for turn in near for s in _measured(turn, len(seconds))]
+        peer_seconds = statistics.median(seconds[s - 1] for s in picked) if picked else None
+        row["peer_iteration_seconds"] = peer_seconds
+        row["peer_turns"] = len(near)
+        row["speedup_over_peer"] = ratio(peer_seconds, row["measured_iteration_seconds"])
+
+
+def over_peer_beside(row: dict, state_row: dict | None) -> float | None:
+    """A phase's speed-up over the peer's turns beside it, or over the peer's row of its cluster
+    state where no turn ran beside it (module docstring)."""
+    if row.get("speedup_over_peer") is not None:
+        return row["speedup_over_peer"]
+    return speedup(state_row, row)
 
 
 def speedup(slower: dict | None, faster: dict | None) -> float | None:
@@ -395,6 +467,9 @@ def plot(path: Path, rank0: dict, change_step: int | None, events: list[dict], t
         if row and row["measured_iteration_seconds"]:
             axis.plot(span, [row["measured_iteration_seconds"] * 1e3] * 2, ls=":", lw=1.5, color="tab:purple",
                       label="the peer: gloo over every NIC" if state == "before" else None)
+            turns = row.get("turn_seconds") or []
+            axis.plot([step + 0.5 for step, _ in turns], [value * 1e3 for _, value in turns], ls="", marker="o",
+                      ms=3, color="tab:purple", label="the peer's turns (median)" if state == "before" else None)
     axis.plot([], [], ls="--", color="tab:green", label="plan switch")
     axis.plot([], [], marker="^", ls="", color="tab:orange", label="replanning asked")
     axis.set_xlabel("step")

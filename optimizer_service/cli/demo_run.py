@@ -24,21 +24,22 @@ The steps (issue 16's main job):
 **The peer** (issue 32, item 5): what a user with two NICs gets without the
 service — the same job under plain gloo with ``GLOO_SOCKET_IFNAME`` listing
 every NIC of the node (gloo deals whole ops round-robin over them), where
-passthrough keeps the inner backend on one NIC. The issue asks for the peer
-"in the same run, interleaved"; the service's job cannot be paused, so the
-reading taken here is bracketing: a peer segment of ``peer_steps`` steps on
-the cluster as built, before the service and its job start, and one on the
-changed cluster (second NIC slowed) after the job ends and the service has
-stopped. Each segment is measured against the cluster state the plans next to
-it ran on, within minutes of them, on the same namespaces and ``tbf`` queues.
+passthrough keeps the inner backend on one NIC. It runs in the same run,
+interleaved: both jobs start together, gated, and take turns —
+``peer_every`` steps of the service's job, then ``peer_steps`` of the peer
+(:mod:`optimizer_service.cli.demo_turns`). The service's job pauses between
+iterations inside ``enforcer.idle()``, so neither its telemetry nor its
+traces count the pauses; the service plans and replans it as if it ran alone.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -58,9 +59,21 @@ from deploy.emulated import (
     run_ranks,
     set_channel_rate,
 )
-from deploy.emulated.probe import in_namespace
+from deploy.emulated.probe import free_port, in_namespace
 from deploy.emulated.state import find_state_dir
 from optimizer_service.cli.demo_report import TRACE_DIR
+from optimizer_service.cli.demo_turns import (
+    Meters,
+    PeerTurn,
+    Reading,
+    clear_gate,
+    job_turn_warmup,
+    measured_from,
+    peer_turns,
+    ready,
+    until,
+    write_gate,
+)
 from optimizer_service.errors import JobFailedError
 from optimizer_service.plan.plan import Plan
 from optimizer_service.service.store.sqlite_store import SqlitePlanStore
@@ -91,6 +104,7 @@ JOBS = {"dlrm": Job("train_dlrm.py", "DLRM-like"),
         "fsdp": Job("train_fsdp.py", "FSDP2 bf16",
                     ("--mixed-precision", "bf16", "--width", "256", "--hidden", "1024", "--blocks", "2"))}
 SWITCH_EVERY = 4
+EVENTS_EVERY = 0.5      # seconds between two reads of the service's events while the job runs
 #: A demo-length policy: the defaults' shape (optimizer_service/control/policy_config.py), shorter windows.
 POLICY = ("first_plan_after=20", "warmup=5", "window=15", "min_samples=8", "evaluate=12", "consecutive=8",
           "cooldown=20")
@@ -111,7 +125,8 @@ class DemoConfig:
     model: tuple[str, ...] = ()     # extra train_dlrm.py flags (model size)
     job: str = "dlrm"               # a key of JOBS
     fabric: str = DEFAULT_FABRIC    # how the emulated NICs queue (deploy.emulated.fabric)
-    peer_steps: int = 40            # steps of each peer segment (0: no peer)
+    peer_steps: int = 10            # steps of each of the peer's turns (0: no peer)
+    peer_every: int = 20            # steps of the job between two of the peer's turns
     search_budget: float = 3.0
     name: str = "p2demo"
     loopback: bool = False          # force the loopback cluster even as root
@@ -186,12 +201,9 @@ class DemoRun:
         # The cluster's state folder goes with it at the end; the report's offline search needs the topology.
         self.topology_path.write_text(self.info.topology_path.read_text())
         try:
-            peer = {"before": self._peer("before")}
             self._start_service()
             result = self._train()
             self._stop_service()
-            peer["after"] = self._peer("after") if result["change_step"] is not None else None
-            result["peer"] = peer
         finally:
             self._stop_service()
             destroy_cluster(config.name)
@@ -248,32 +260,72 @@ class DemoRun:
                 self.service.kill()
 
     def _train(self) -> dict:
+        """The service's job and, on the emulated cluster, the peer, in turns (module docstring)."""
         config = self.config
         out = self.work / "rank0.json"
         out.unlink(missing_ok=True)
         job = JOBS[config.job]
-        command = job.command("p2enforcer", config.steps, out, config.model)
+        ranks = config.nodes * config.per_node
+        peer = self._peer_job(ranks) if self.shaped and config.peer_steps else None
+        every = config.peer_every if peer else config.steps
+        gate = self.work / "gate-job"
+        clear_gate(gate, ranks)
+        command = job.command("p2enforcer", config.steps, out, config.model) + ["--gate", str(gate)]
         env = {"P2_SERVICE": self.address, "P2_JOB": config.job, "P2_SWITCH_EVERY": str(SWITCH_EVERY)}
         self.say(f"training {config.job} ({config.steps} steps, examples/{job.script} "
                  f"{' '.join(job.flags + config.model)}) through p2enforcer; the service plans it by itself")
+        if peer:
+            self.say(f"the peer: {config.job} under plain gloo over every NIC (GLOO_SOCKET_IFNAME={peer.ifnames}), "
+                     f"{config.peer_steps} steps after every {every} of the job's, in turns on the same cluster")
         store = None
-        shown_step = 0
+        shown_step, sampled_step, polled = 0, -1, 0.0
+        meters = Meters(self._reading)
 
-        def watch(step: int) -> None:
-            nonlocal store, shown_step
-            if store is None and (self.work / "service.db").exists():
-                store = SqlitePlanStore.open(self.work / "service.db")
-            if store is not None:
-                self._poll_events(store)
-            if self.shaped:
-                _sample(self.drops, step, lambda: nic_drops(self.info))
-            _sample(self.cores, step, _core_times)
+        def watch() -> None:
+            nonlocal store, shown_step, sampled_step, polled
+            step = self.progress.last_step()
+            if time.monotonic() - polled >= EVENTS_EVERY:
+                polled = time.monotonic()
+                if store is None and (self.work / "service.db").exists():
+                    store = SqlitePlanStore.open(self.work / "service.db")
+                if store is not None:
+                    self._poll_events(store)
+            if step > sampled_step:            # one reading per step (module docstring of demo_report)
+                sampled_step, reading = step, meters.job()
+                _sample(self.drops, step, lambda: reading.drops)
+                _sample(self.cores, step, lambda: reading.cores)
             if step >= shown_step + 10:
                 shown_step = step
                 self.say(self._progress_line(step))
             self._maybe_change(step)
 
-        code = self._watch(command, env, self.progress, watch)
+        ports = self._ports(2 if peer else 1)
+        runners = {"the job": _Ranks(self, command, env, self.progress, ports[0])}
+        if peer:
+            runners["the peer"] = _Ranks(self, peer.command, peer.env, peer.progress, ports[1])
+        deadline = time.monotonic() + config.timeout
+        running = set(runners)
+
+        def ended() -> str | None:
+            """What ended before its time, with its last lines (None: both run)."""
+            name = next((name for name in running if not runners[name].alive()), None)
+            return None if name is None else runners[name].ended(name)
+
+        until(lambda: ready(gate, ranks) and (peer is None or ready(peer.gate, ranks)), ended, lambda: None,
+              deadline, "every rank of both jobs was ready")
+        allowed = 0
+        while allowed < config.steps:
+            allowed = min(config.steps, allowed + every)
+            write_gate(gate, allowed)
+            until(lambda allowed=allowed: self.progress.last_step() >= allowed, ended, watch, deadline,
+                  f"the job's step {allowed}")
+            watch()
+            if allowed == config.steps:         # the job leaves before the peer's last turn
+                running.discard("the job")
+                runners["the job"].join(deadline)
+            if peer:
+                self._peer_turn(peer, meters, allowed, ended, deadline)
+        code = runners["the job"].join(deadline)
         plans = {}
         if store is not None:
             self._poll_events(store)
@@ -288,63 +340,66 @@ class DemoRun:
         return {"rank0": json.loads(out.read_text()), "events": self.events, "plans": plans,
                 "change_step": self.progress.change_step, "change_unix": self.progress.change_unix,
                 "shaped": self.shaped, "address": self.address, "steps_seen": list(self.progress.steps),
-                "drops": self.drops, "cores": self.cores}
+                "drops": self.drops, "cores": self.cores, "turn_warmup": job_turn_warmup(config.steps, every),
+                "peer": self._peer_result(peer, runners.get("the peer"), deadline)}
 
-    def _peer(self, state: str) -> dict | None:
-        """A peer segment (module docstring): the job under plain gloo over every NIC of the node for
-        ``peer_steps`` steps on the cluster as it is now (``state``: "before" or "after" the change).
-        Returns rank 0's JSON, the drops and core times sampled per step and the NICs it used; None on loopback
-        (no NICs) or with ``peer_steps`` 0."""
+    def _peer_job(self, ranks: int) -> _Peer:
+        """The peer's command (the job under plain gloo over every NIC, gated), for all its turns."""
         config = self.config
-        if not self.shaped or not config.peer_steps:
-            return None
         # Every node names its NICs alike (deploy.emulated.names.node_ifname), so node 0's list is every rank's.
         ifnames = ",".join(self.info.nic(0, channel).ifname for channel in range(self.info.channels))
-        out = self.work / f"peer-{state}.json"
+        out, gate = self.work / "peer.json", self.work / "gate-peer"
         out.unlink(missing_ok=True)
-        command = JOBS[config.job].command("gloo", config.peer_steps, out, config.model)
-        self.say(f"the peer, {state} the change: {config.job} under plain gloo over every NIC "
-                 f"(GLOO_SOCKET_IFNAME={ifnames}), {config.peer_steps} steps")
-        drops: list[tuple[int, dict[int, int]]] = []
-        times: list[tuple[int, list[float]]] = []
+        clear_gate(gate, ranks)
+        steps = peer_turns(config.steps, config.peer_every) * config.peer_steps
+        command = JOBS[config.job].command("gloo", steps, out, config.model) + ["--gate", str(gate)]
+        log = (self.work / "peer.log").open("w")
+        return _Peer(command, {"GLOO_SOCKET_IFNAME": ifnames}, Progress(log=log), gate, out, ifnames)
 
-        def watch(step: int) -> None:
-            _sample(drops, step, lambda: nic_drops(self.info))
-            _sample(times, step, _core_times)
+    def _peer_turn(self, peer: _Peer, meters: Meters, job_step: int, ended: Callable[[], str | None],
+                   deadline: float) -> None:
+        """One turn of the peer after the job's step ``job_step``; its counts are taken out of the job's."""
+        config = self.config
+        first = len(peer.turns) * config.peer_steps + 1
+        turn = PeerTurn(first, first + config.peer_steps - 1, measured_from(first), job_step,
+                        "before" if self.progress.change_step is None else "after")
+        paused = self._reading()
+        write_gate(peer.gate, turn.last_step)
 
-        watch(0)
+        def tick() -> None:
+            if turn.start is None and peer.progress.last_step() >= turn.measured_from - 1:
+                turn.start = self._reading()
 
-        with (self.work / f"peer-{state}.log").open("w") as log:
-            progress = Progress(log=log)
-            code = self._watch(command, {"GLOO_SOCKET_IFNAME": ifnames}, progress, watch)
-        if code != 0 or not out.exists():
-            raise JobFailedError(f"the peer run ({state} the change) failed (exit code {code}); its last lines:\n" +
-                                 "\n".join(progress.tail[-15:]))
-        watch(config.peer_steps)
-        return {"rank0": json.loads(out.read_text()), "drops": drops, "cores": times, "ifnames": ifnames}
+        until(lambda: peer.progress.last_step() >= turn.last_step, ended, tick, deadline,
+              f"the peer's step {turn.last_step}")
+        turn.end = self._reading()
+        meters.take_out(paused, turn.end)
+        peer.turns.append(turn)
 
-    def _watch(self, command: list[str], env: dict[str, str], progress: Progress,
-               watch: Callable[[int], None]) -> int:
-        """Run ``command`` as every rank, calling ``watch(rank 0's last step)`` twice a second;
-        returns the ranks' exit code."""
-        code: list[int] = []
+    def _peer_result(self, peer: _Peer | None, runner: _Ranks | None, deadline: float) -> dict | None:
+        """The peer's rank-0 JSON, its turns and the NICs it used (None without a peer)."""
+        if peer is None or runner is None:
+            return None
+        code = runner.join(deadline)
+        peer.progress.log.close()
+        if code != 0 or not peer.out.exists():
+            raise JobFailedError(f"the peer failed (exit code {code}); its last lines:\n" +
+                                 "\n".join(peer.progress.tail[-15:]))
+        return {"rank0": json.loads(peer.out.read_text()), "turns": [turn.as_json() for turn in peer.turns],
+                "ifnames": peer.ifnames, "every": self.config.peer_every}
 
-        def ranks() -> None:
-            try:
-                code.append(run_ranks(self.info, command, env=env, out=progress, err=progress))
-            except Exception as error:        # the caller reports it: it sees no rank-0 JSON
-                progress.write(f"[demo] {error}\n")
-                code.append(1)
+    def _reading(self) -> Reading:
+        return Reading(nic_drops(self.info) if self.shaped else None, _core_times())
 
-        runner = threading.Thread(target=ranks, daemon=True)
-        started = time.time()
-        runner.start()
-        while runner.is_alive():
-            runner.join(0.5)
-            watch(progress.last_step())
-            if time.time() - started > self.config.timeout:
-                raise JobFailedError(f"the ranks of {command[1]} did not finish within {self.config.timeout:g} s")
-        return code[0]
+    def _ports(self, count: int) -> list[int]:
+        """``count`` distinct free rendezvous ports in node 0's namespace (one per job run at once)."""
+        namespace = self.info.node_namespaces[0] if self.shaped else None
+        ports: list[int] = []
+        while len(ports) < count:
+            port = free_port(namespace)
+            if port not in ports:
+                ports.append(port)
+        return ports
 
     # ------------------------------------------------------------- watching
     def _poll_events(self, store: SqlitePlanStore) -> None:
@@ -358,7 +413,8 @@ class DemoRun:
     def _progress_line(self, step: int) -> str:
         with self.progress.lock:
             recent = [t for s, t in self.progress.steps[-11:]]
-        per_step = (recent[-1] - recent[0]) / (len(recent) - 1) if len(recent) > 1 else float("nan")
+        # The median step, not the mean: a pause for the peer's turn lies between two of them.
+        per_step = statistics.median(b - a for a, b in itertools.pairwise(recent)) if len(recent) > 1 else float("nan")
         running, asked = 0, None
         for event in self.events:          # a commit or rollback names the plan; "committed" says it went in
             if event["kind"] in ("commit", "rollback"):
@@ -402,6 +458,52 @@ class DemoRun:
                                timeout=120, check=False)
 
         threading.Thread(target=fetch, daemon=True).start()
+
+
+@dataclass
+class _Peer:
+    """The peer's run: its command and environment, progress, gate, rank 0's JSON, NICs and turns so far."""
+
+    command: list[str]
+    env: dict[str, str]
+    progress: Progress
+    gate: Path
+    out: Path
+    ifnames: str
+    turns: list[PeerTurn] = field(default_factory=list)
+
+
+class _Ranks:
+    """One job's ranks, run by :func:`run_ranks` on a thread (rank output to ``progress``)."""
+
+    def __init__(self, run: DemoRun, command: list[str], env: dict[str, str], progress: Progress, port: int) -> None:
+        self.code: list[int] = []
+        self.progress = progress
+
+        def ranks() -> None:
+            try:
+                self.code.append(run_ranks(run.info, command, env=env, out=progress, err=progress, master_port=port))
+            except Exception as error:        # the caller reports it: it sees no rank-0 JSON
+                progress.write(f"[demo] {error}\n")
+                self.code.append(1)
+
+        self.thread = threading.Thread(target=ranks, daemon=True)
+        self.thread.start()
+
+    def alive(self) -> bool:
+        return self.thread.is_alive()
+
+    def join(self, deadline: float) -> int:
+        """Its exit code, once its ranks ended (a :class:`JobFailedError` past the monotonic ``deadline``)."""
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        if self.thread.is_alive():
+            raise JobFailedError("the ranks did not finish in time")
+        return self.code[0]
+
+    def ended(self, name: str) -> str:
+        """``name`` ended (or failed to start), with its exit code and last lines."""
+        code = self.code[0] if self.code else None
+        return f"{name} (exit code {code}); its last lines:\n" + "\n".join(self.progress.tail[-15:])
 
 
 def _sample(samples: list[tuple[int, object]], step: int, read: Callable[[], object | None]) -> None:

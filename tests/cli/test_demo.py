@@ -8,6 +8,7 @@ import json
 import pytest
 
 from deploy.emulated import can_manage_namespaces
+from optimizer_service.cli.demo_report import TURN_WARMUP, WARMUP
 from tests.support.cli import p2
 
 pytestmark = [pytest.mark.multiproc, pytest.mark.slow]
@@ -55,11 +56,11 @@ def test_the_demo_on_loopback_plans_and_commits(tmp_path):
 @pytest.mark.skipif(not can_manage_namespaces(), reason="the emulated cluster needs CAP_NET_ADMIN (root)")
 def test_the_demo_on_the_emulated_cluster_commits_a_plan_and_a_replan_after_the_nic_slows(tmp_path):
     # The demo's model (a smaller one leaves the NICs idle: nothing to replan for), the second NIC slowed 8x,
-    # short peer segments. 170 steps: the change comes by step 94 at the latest, and a replan that waited for
+    # the peer's turns (8 steps after every 20 of the job's). 170 steps: the change comes by step 94 at the latest, and a replan that waited for
     # a trial the change spoiled (about 40 iterations) still has settled steps before the end; with 130, one
     # CI run committed its replan too late for any.
     out = tmp_path / "demo.json"
-    result = p2("demo", "--steps", "170", "--throttle", "8", "--search-budget", "1", "--peer-steps", "12",
+    result = p2("demo", "--steps", "170", "--throttle", "8", "--search-budget", "1", "--peer-steps", "8",
                 "--name", "p2demotest", "--work-dir", str(tmp_path / "work"), "--json", str(out), timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(out.read_text())
@@ -73,14 +74,24 @@ def test_the_demo_on_the_emulated_cluster_commits_a_plan_and_a_replan_after_the_
     assert set(phases["passthrough"]["nic_drops_per_iteration"]) == {"0", "1"}
     assert 0 < phases["first-plan"]["host_cores"]["busy"] <= 1 and phases["first-plan"]["host_cores"]["cores"] >= 1
     assert report["replan"]["offline_best_predicted_seconds"] > 0 and report["replan"]["ratio_to_offline_best"] > 0
-    # The peer (plain gloo over both NICs) before the job and on the changed cluster, and the plans' bounds.
+    # The peer (plain gloo over both NICs) in turns with the job, before and after the change, and the bounds.
+    after_steps = {state: [step for step, _ in report["peer"][state]["turn_seconds"]] for state in ("before", "after")}
+    assert after_steps["before"] + after_steps["after"] == [*range(20, 170, 20), 170]         # a turn after each
+    change = report["replan"]["change_step"]
+    assert all(step < change for step in after_steps["before"]) and all(step >= change for step in after_steps["after"])
     for state in ("before", "after"):
         segment = report["peer"][state]
-        assert segment["measured_iteration_seconds"] > 0 and segment["steps"] == 12 - 5, segment
+        turns = segment["turns"]
+        first_turn = 8 - WARMUP if state == "before" else 8 - TURN_WARMUP
+        assert segment["measured_iteration_seconds"] > 0
+        assert segment["steps"] == first_turn + (turns - 1) * (8 - TURN_WARMUP)
         assert segment["gloo_socket_ifname"] == "nic0,nic1" and set(segment["nic_drops_per_iteration"]) == {"0", "1"}
         assert 0 < segment["host_cores"]["busy"] <= 1
         assert segment["bound_iteration_seconds"] > 0 and segment["ratio_to_bound"] > 0
     assert report["speedup_over_peer"] > 0 and report["replan"]["speedup_over_peer"] > 0
+    assert phases["first-plan"]["peer_turns"] >= 1 and phases["replanned"]["peer_turns"] >= 1
+    assert report["speedup_over_peer"] == phases["first-plan"]["speedup_over_peer"]
+    assert report["turn_warmup"] == [s for start in range(21, 171, 20) for s in (start, start + 1)]
     for name in ("first-plan", "replanned"):
         assert phases[name]["bound_iteration_seconds"] > 0 and phases[name]["ratio_to_bound"] > 0, phases[name]
     assert [plan["plan_version"] for plan in report["plans"]] == sorted(set(report["plan_versions"]) - {0})
@@ -91,7 +102,8 @@ def test_the_demo_on_the_emulated_cluster_commits_a_plan_and_a_replan_after_the_
     (["--job", "ddp", "--tables", "8"], "--tables sizes the DLRM-like model"),
     (["--job", "bert"], "'bert' is not one of"),
     (["--fabric", "wet"], "'wet' is not one of"),
-    (["--peer-steps", "3"], "--peer-steps 3 leaves no step after the peer's 5 warm-up steps"),
+    (["--peer-steps", "3"], "--peer-steps 3 leaves no step after the peer's 5 warm-up steps (its first turn's)"),
+    (["--peer-every", "0"], "'--peer-every': 0 is not in the range"),
     (["--tables", "7"], "must be a multiple of the 8 ranks"),
 ])
 def test_bad_demo_options_are_one_line_and_exit_2(args, words, tmp_path):

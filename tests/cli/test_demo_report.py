@@ -8,13 +8,17 @@ import pytest
 from deploy.emulated.cores import CoreTimes
 from optimizer_service.cli.demo_report import (
     PHASES,
+    SETTLE,
+    TURN_WARMUP,
     WARMUP,
+    beside,
     busy_text,
     committed_plans,
     core_shares,
     drop_rate,
     iterations_to_commit,
     model_seconds,
+    over_peer_beside,
     peer,
     phases,
     speedup,
@@ -68,15 +72,31 @@ def test_phases_and_peer_segments_carry_how_busy_the_hosts_cores_were_over_their
     assert by_name["changed"]["host_cores"] is None
     assert core_shares(times, 0, 5) is None and core_shares([], 1, 2) is None
     assert busy_text(plan) == "50 % (k 5 %)" and busy_text(None) == "-"
-    segment = {"rank0": {"step_seconds": [0.3] * 12}, "drops": [(0, {0: 0}), (12, {0: 0})], "ifnames": "nic0,nic1",
-               "cores": [(0, CoreTimes(2, user=1, idle=1).to_list()), (12, CoreTimes(2, user=3, idle=2).to_list())]}
-    before = peer({"before": segment}, rows)["before"]
+    result = _peer_result([0.3] * 12, [_turn(1, 12, 10, "before", cores=(CoreTimes(2, user=1, idle=1),
+                                                                         CoreTimes(2, user=3, idle=2)))])
+    before = peer(result, rows)["before"]
     assert before["host_cores"]["busy"] == pytest.approx(2 / 3)
     assert "50 % (k 5 %)" in table(rows)
 
 
 def _run(versions: list[int], seconds: list[float]) -> dict:
     return {"step_seconds": seconds, "plan_versions": versions}
+
+
+def _turn(first: int, last: int, job_step: int, cluster: str, drops: tuple[dict, dict] | None = None,
+          cores: tuple[CoreTimes, CoreTimes] | None = None) -> dict:
+    """A peer turn as ``p2 demo`` records it (demo_turns.PeerTurn.as_json)."""
+    start, end = ({"drops": None, "cores": None} for _ in range(2))
+    if drops:
+        start["drops"], end["drops"] = drops
+    if cores:
+        start["cores"], end["cores"] = (times.to_list() for times in cores)
+    return {"first_step": first, "last_step": last, "measured_from": first + (WARMUP if first == 1 else TURN_WARMUP),
+            "job_step": job_step, "cluster": cluster, "start": start, "end": end}
+
+
+def _peer_result(seconds: list[float], turns: list[dict], every: int = 10) -> dict:
+    return {"rank0": {"step_seconds": seconds}, "turns": turns, "ifnames": "nic0,nic1", "every": every}
 
 
 def test_phases_carry_the_first_plans_bound_before_the_change_and_the_replanned_plans_after():
@@ -151,20 +171,58 @@ def test_committed_plans_are_judged_on_the_cluster_state_they_were_committed_for
     assert rows[3]["ratio_to_bound"] is None
 
 
-def test_the_peer_is_the_median_after_warm_up_with_its_drops_and_the_bound_of_its_cluster_state():
-    seconds = [2.0] * WARMUP + [0.3, 0.4, 0.5, 0.6, 0.7]
-    drops = [(0, {0: 0, 1: 0})] + [(s, {0: 10 * s, 1: s}) for s in range(1, 11)]
-    rows = phases(_run([0] * 10 + [1] * 30, [1.0] * 40), 30,
-                  {1: {"bound_iteration_seconds": 0.25}}, [])
-    found = peer({"before": {"rank0": {"step_seconds": seconds}, "drops": drops, "ifnames": "nic0,nic1"},
-                  "after": None}, rows)
+def test_the_peer_is_the_median_of_its_turns_after_warm_up_with_their_drops_and_the_bound_of_its_state():
+    # Turn 1 (steps 1-10, after the job's step 10): 5 warm-up steps; turn 2 (11-20, after step 20): 2.
+    seconds = [2.0] * WARMUP + [0.3, 0.4, 0.5, 0.6, 0.7] + [2.0] * TURN_WARMUP + [0.45] * 8 + [0.9] * 10
+    turns = [_turn(1, 10, 10, "before", drops=({0: 0, 1: 0}, {0: 50, 1: 5})),
+             _turn(11, 20, 20, "before", drops=({0: 60, 1: 5}, {0: 140, 1: 13})),
+             _turn(21, 30, 40, "after")]
+    rows = phases(_run([0] * 10 + [1] * 30, [1.0] * 40), 30, {1: {"bound_iteration_seconds": 0.25}}, [])
+    found = peer(_peer_result(seconds, turns), rows)
     before = found["before"]
-    assert before["measured_iteration_seconds"] == 0.5 and before["steps"] == 5
-    assert (before["first_step"], before["last_step"]) == (WARMUP + 1, WARMUP + 5)
-    assert before["nic_drops_per_iteration"] == {"0": pytest.approx(10.0), "1": pytest.approx(1.0)}
-    assert before["bound_iteration_seconds"] == 0.25 and before["ratio_to_bound"] == pytest.approx(2.0)
-    assert before["gloo_socket_ifname"] == "nic0,nic1"
-    assert found["after"] is None
+    assert before["measured_iteration_seconds"] == 0.45 and before["steps"] == 13 and before["turns"] == 2
+    assert (before["first_step"], before["last_step"]) == (WARMUP + 1, 20)
+    assert before["turn_seconds"] == [[10, 0.5], [20, 0.45]]
+    assert before["nic_drops_per_iteration"] == {"0": pytest.approx(130 / 13), "1": pytest.approx(13 / 13)}
+    assert before["bound_iteration_seconds"] == 0.25 and before["ratio_to_bound"] == pytest.approx(1.8)
+    assert before["gloo_socket_ifname"] == "nic0,nic1" and before["host_cores"] is None
+    assert found["after"]["measured_iteration_seconds"] == 0.9 and found["after"]["nic_drops_per_iteration"] is None
+    assert peer(None, rows) == {"before": None, "after": None}
+
+
+def test_each_plan_is_compared_with_the_peers_turns_beside_it():
+    # Passthrough steps 1-10, the first plan 11-40, the change at 40; the peer's turns every 10 of the
+    # job's steps, slower as the host drifts (0.40 s, then 0.60 s from the job's step 30 on).
+    versions, seconds = [0] * 10 + [1] * 30 + [2] * 30, [1.0] * 10 + [0.3] * 30 + [0.5] * 30
+    peer_seconds = [9.0] * 100
+    turns = []
+    for k, job_step in enumerate(range(10, 80, 10)):
+        first = 10 * k + 1
+        turn = _turn(first, first + 9, job_step, "before" if job_step < 40 else "after")
+        for s in range(turn["measured_from"], first + 10):
+            peer_seconds[s - 1] = 0.4 if job_step < 30 else 0.6
+        turns.append(turn)
+    result = _peer_result(peer_seconds, turns)
+    rows = phases(_run(versions, seconds), 40, {}, [{"kind": "commit", "version": 2, "iteration": 44}])
+    beside(rows, result)
+    by_name = {row["name"]: row for row in rows}
+    first = by_name["first-plan"]               # steps 14-39: the turns after steps 10, 20, 30
+    assert first["peer_turns"] == 3 and first["peer_iteration_seconds"] == 0.4
+    assert first["speedup_over_peer"] == pytest.approx(0.4 / 0.3)
+    assert over_peer_beside(first, None) == first["speedup_over_peer"]
+    replanned = by_name["replanned"]            # after the change: the turns after steps 40-70
+    assert replanned["peer_turns"] == 4 and replanned["speedup_over_peer"] == pytest.approx(0.6 / 0.5)
+    lonely = {"measured_iteration_seconds": 0.3, "speedup_over_peer": None}
+    assert over_peer_beside(lonely, {"measured_iteration_seconds": 0.6}) == pytest.approx(2.0)
+
+
+def test_the_jobs_first_steps_of_each_turn_are_in_no_phase():
+    versions, seconds = [0] * 10 + [1] * 30, [1.0] * 10 + [0.3] * 9 + [5.0] + [0.3] * 20
+    rows = phases(_run(versions, seconds), None, {1: {"predicted_seconds": 0.3}}, [], skip=[20])
+    first = {row["name"]: row for row in rows}["first-plan"]
+    assert first["steps"] == 30 - SETTLE - 1 and first["measured_iteration_seconds"] == 0.3
+    plans = committed_plans(_run(versions, seconds), None, {1: {"predicted_seconds": 0.3}}, [], skip=[20])
+    assert plans[0]["steps"] == 30 - SETTLE - 1
 
 
 def test_speedup_is_the_ratio_of_measured_times_or_none():
@@ -179,8 +237,8 @@ def test_the_table_shows_the_peer_beside_its_cluster_state_and_the_bound():
     plans = {1: {"predicted_seconds": 0.55, "bound_iteration_seconds": 0.4},
              2: {"predicted_seconds": 0.5, "bound_iteration_seconds": 0.5}}
     rows = phases(_run(versions, seconds), 25, plans, [{"kind": "commit", "version": 2, "iteration": 34}])
-    segment = {"rank0": {"step_seconds": [0.7] * 20}, "drops": [], "ifnames": "nic0,nic1"}
-    lines = table(rows, peer({"before": segment, "after": segment}, rows)).splitlines()
+    result = _peer_result([0.7] * 20, [_turn(1, 10, 10, "before"), _turn(11, 20, 30, "after")])
+    lines = table(rows, peer(result, rows)).splitlines()
     assert [line.split()[0] for line in lines] == ["phase", "passthrough", "peer-before", "first-plan", "changed",
                                                    "peer-after", "replanned"]
     assert "bound" in lines[0]
