@@ -75,12 +75,12 @@ class CpuClock:
     def __init__(self) -> None:
         self._mark: tuple[int, float, float, float] | None = None
 
-    def mark(self, wall: float) -> None:
-        """Start measuring the running iteration again from now (``wall``, the trace's clock): the
-        loop was idle until now (:func:`enforcer.idle`), which is not the iteration's."""
-        thread = threading.get_ident()
-        if self._mark is not None and self._mark[0] == thread:
-            self._mark = (thread, time.process_time(), time.thread_time(), wall)
+    def skip(self, seconds: float) -> None:
+        """Leave ``seconds`` of wall time out of the running iteration: the loop was idle
+        (:func:`enforcer.idle`; what CPU it spent polling, if any, stays in)."""
+        if self._mark is not None:
+            thread, process, own, wall = self._mark
+            self._mark = (thread, process, own, wall + seconds)
 
     def lap(self, iteration: int, wall: float) -> dict | None:
         """The CPU of ``iteration``, which ends now at ``wall`` (seconds on the trace's clock)."""

@@ -15,8 +15,7 @@ op that reached a ``p2enforcer`` process group, in submission order:
   the previous op, i.e. the compute between them (negative when the op was
   issued while the previous one was still running). Time the training loop
   said it was idle (:func:`enforcer.idle`, between two iterations: paused by
-  its launcher) is not compute: the first op after it has its gap from the
-  idle's end.
+  its launcher) is not compute: it is left out of the gap it falls in.
 
 Iteration boundaries come from :meth:`Tracer.step` (``enforcer.step()``, or
 the hook :func:`enforcer.attach` puts on an optimizer). Without a single
@@ -169,19 +168,18 @@ class TraceReader(ABC):
 
     def idle(self, started: float, ended: float) -> None:
         """The training loop was idle from ``started`` to ``ended`` (this clock), between two
-        iterations (:func:`enforcer.idle`): the next op's gap, the next iteration's telemetry
-        (:mod:`enforcer.link.telemetry`) and its CPU record count from ``ended``."""
+        iterations (:func:`enforcer.idle`): the gap that span falls in, the next iteration's
+        telemetry (:mod:`enforcer.link.telemetry`) and its CPU record leave it out."""
         if not ended > started:
             return
         with self._lock:
             self._idle.append((started, ended))
-            self._clock.mark(ended)
+            self._clock.skip(ended - started)
 
-    @property
-    def idle_end(self) -> float | None:
-        """When the loop was last idle until (this clock), or None if it never was."""
+    def idle_between(self, start: float, end: float) -> float:
+        """Seconds of the idle spans the trace keeps between ``start`` and ``end`` (this clock)."""
         with self._lock:
-            return self._idle[-1][1] if self._idle else None
+            return _idle_within(self._idle, start, end)     # a few hundred spans at most: IDLE_RECORDS
 
     def switched(self, version: int, iteration: int) -> None:
         """A service plan runs from ``iteration`` on (:mod:`enforcer.link.switching`)."""
@@ -234,12 +232,13 @@ class TraceReader(ABC):
         if steps == 0:
             boundaries = _assign_detected_iterations(ops)
         with self._lock:
-            idle_ends = [end for _start, end in self._idle]
+            idle = list(self._idle)
+        ends = [end for _, end in idle]
         previous_completion = None
         for op in ops:
             op["group"] = list(op["group"])
-            op["gap"] = None if previous_completion is None else op["issued"] - _busy_since(
-                previous_completion, op["issued"], idle_ends)
+            op["gap"] = None if previous_completion is None else (
+                op["issued"] - previous_completion - _idle_within(idle, previous_completion, op["issued"], ends))
             previous_completion = op["completed"]
         return {
             "format": TRACE_FORMAT,
@@ -408,11 +407,18 @@ def _assign_detected_iterations(ops: list[dict]) -> str:
     return "detected"
 
 
-def _busy_since(completed: float, issued: float, idle_ends: Sequence[float]) -> float:
-    """Where the compute before an op issued at ``issued`` began: the previous op's completion
-    ``completed``, or the end of an idle span after it (``idle_ends`` ascending)."""
-    k = bisect.bisect_right(idle_ends, issued)
-    return max(completed, idle_ends[k - 1]) if k else completed
+def _idle_within(idle: Sequence[tuple[float, float]], start: float, end: float,
+                 ends: Sequence[float] | None = None) -> float:
+    """Seconds of the ``idle`` spans (in time order, none overlapping) between ``start`` and
+    ``end``; ``ends``: the spans' ends, when the caller asks many times."""
+    ends = [span_end for _, span_end in idle] if ends is None else ends
+    total = 0.0
+    for k in range(bisect.bisect_right(ends, start), len(idle)):
+        span_start, span_end = idle[k]
+        if span_start >= end:
+            break
+        total += min(span_end, end) - max(span_start, start)
+    return total
 
 
 def _iteration_spans(ops: list[dict]) -> list[dict]:

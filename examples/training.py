@@ -155,10 +155,12 @@ class Gate:
             raise SystemExit(f"--gate {self.path}: holds {text[:40]!r}, not a number of steps") from None
 
     def wait(self, step: int) -> None:
-        """Return once step ``step`` may run."""
+        """Return once step ``step`` may run (at once when its turn has come: no idle to record)."""
         if not self._ready:
             open(f"{self.path}.ready.{dist.get_rank()}", "w").close()
             self._ready = True
+        if self.allowed() >= step:
+            return
         with enforcer.idle():
             while self.allowed() < step:
                 time.sleep(self.POLL)

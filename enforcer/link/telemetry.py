@@ -40,13 +40,12 @@ class IterationClock:
 
     def capture(self, iteration: int, running: int) -> IterationTelemetry:
         """``iteration`` just finished, running plan ``running``: its span, waits and ops. The span
-        starts at the last boundary, or where the loop was last idle until if that came after it
-        (:func:`enforcer.idle`: a pause between iterations is not the iteration's)."""
+        starts at the last boundary moved on by the time the loop was idle since (:func:`enforcer.idle`:
+        a pause between iterations, at the iteration's start, is not the iteration's)."""
         now = self.tracer.now()
         waited = self.tracer.waited
         ops = self.tracer.iteration_ops(iteration, RANK_TELEMETRY_OPS)
-        idle_end = self.tracer.idle_end
-        start = self._boundary if idle_end is None else min(now, max(self._boundary, idle_end))
+        start = min(now, self._boundary + self.tracer.idle_between(self._boundary, now))
         item = IterationTelemetry(iteration, start, now - start, running, max(0.0, waited - self._waited), ops)
         self._boundary, self._waited = now, waited
         return item

@@ -202,8 +202,9 @@ def test_idle_time_between_iterations_is_no_compute_and_no_part_of_the_next_iter
     trace.step()
     clock = IterationClock(trace)
     recorder.op(100)
+    _spin(0.03)                                 # compute after the iteration's last op (an optimizer step)
     trace.step()
-    clock.capture(1, 0)
+    boundary = clock.capture(1, 0)
     paused = trace.now()
     time.sleep(0.25)                            # the loop paused by its launcher
     trace.idle(paused, trace.now())
@@ -215,12 +216,21 @@ def test_idle_time_between_iterations_is_no_compute_and_no_part_of_the_next_iter
     recorder.op(100)
     trace.step()
     ops = trace.to_dict()["ops"]
-    assert 0.005 <= ops[2]["gap"] < 0.1 and ops[3]["gap"] >= 0.25
-    assert 0.005 <= item.duration < 0.1 and item.start >= trace.idle_end - 1e-9
+    assert 0.035 <= ops[2]["gap"] < 0.15 and ops[3]["gap"] >= 0.25      # the compute both sides of the pause
+    assert 0.005 <= item.duration < 0.1 and item.start >= boundary.start + boundary.duration + 0.25
     cpu = {record["iteration"]: record for record in trace.to_dict()["cpu"]}
     assert cpu[2]["wall"] < 0.1 and cpu[3]["wall"] >= 0.25
     window = json.loads(trace.window(2, 1 << 20))       # the search's window reads the same gaps
     assert [op["gap"] for op in window["ops"]][-2:] == [ops[2]["gap"], ops[3]["gap"]]
-    last = trace.idle_end
+    assert 0.25 <= trace.idle_between(0.0, trace.now()) < 0.3
     trace.idle(trace.now(), trace.now() - 1.0)          # an empty or reversed span is no idle
-    assert trace.idle_end == last
+    assert trace.idle_between(paused + 1.0, trace.now() + 1.0) == 0.0
+
+
+def test_idle_within_counts_only_the_parts_of_spans_between_its_ends():
+    from enforcer.trace import _idle_within
+    spans = [(1.0, 2.0), (3.0, 3.5), (5.0, 7.0)]
+    assert _idle_within(spans, 0.0, 10.0) == pytest.approx(3.5)
+    assert _idle_within(spans, 1.5, 6.0) == pytest.approx(0.5 + 0.5 + 1.0)
+    assert _idle_within(spans, 2.0, 3.0) == 0.0 and _idle_within([], 0.0, 1.0) == 0.0
+    assert _idle_within(spans, 3.2, 3.3, [2.0, 3.5, 7.0]) == pytest.approx(0.1)
