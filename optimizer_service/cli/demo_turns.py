@@ -31,7 +31,7 @@ from pathlib import Path
 from optimizer_service.cli.demo_report import TURN_WARMUP, WARMUP
 from optimizer_service.errors import JobFailedError
 
-POLL = 0.02
+POLL = 0.05             # seconds between the demo's looks at the ranks' progress while a turn runs
 
 
 def write_gate(path: Path, steps: int) -> None:
