@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,9 +20,31 @@ import grpc
 from tests.support.cli import ROOT
 from tests.support.participants import SimRank, run_rank
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_pick = random.SystemRandom()
+
 
 def free_port() -> int:
-    with socket.socket() as probe:
+    """A TCP port free on 127.0.0.1 now, below the kernel's ephemeral range.
+
+    Tests start a service again on the port it had (a crash, a killed leader). A port
+    from the ephemeral range (what binding port 0 gives) can meanwhile be taken as the
+    source port of a client's connection to another service, and the restart then fails
+    with "address already in use": the failover test's restarted leader did, once in a
+    CI run. The kernel never picks a source port below the range."""
+    try:
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    for _ in range(100):
+        port = _pick.randrange(max(1024, low - 10_000), low)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as probe:          # the range below is all taken: any free port
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
 
