@@ -42,7 +42,7 @@ def idle() -> Iterator[None]:
     before the next iteration's first op): paused by its launcher, say, while another job runs.
 
     The enforcer leaves that time out of what it measures: the next iteration's telemetry
-    (its duration starts at the block's end), the compute before its first op (the trace's
+    (its duration), the compute before its first op (the trace's
     ``gap``, which the optimizer's search reads as compute) and its CPU record. Without it a
     pause would read as one iteration of that much compute. A no-op without a ``p2enforcer``
     group."""

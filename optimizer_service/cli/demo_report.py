@@ -252,11 +252,11 @@ def peer_row(result: dict | None, turns: list[dict], bound: float | None) -> dic
     if result is None or not turns:
         return None
     seconds = result["rank0"]["step_seconds"]
-    picked = [s for turn in turns for s in _measured(turn, len(seconds))]
+    per_turn = [(turn["job_step"], _measured(turn, len(seconds))) for turn in turns]
+    picked = [s for _, steps in per_turn for s in steps]
     if not picked:
         return None
     measured = statistics.median(seconds[s - 1] for s in picked)
-    per_turn = [(turn["job_step"], [seconds[s - 1] for s in _measured(turn, len(seconds))]) for turn in turns]
     drops, spent = _turn_sum(turns, "drops"), _turn_sum(turns, "cores")
     shares = None
     if spent is not None:
@@ -264,26 +264,43 @@ def peer_row(result: dict | None, turns: list[dict], bound: float | None) -> dic
         shares = cores.shares(nothing, cores.CoreTimes.from_list(spent))
     return {"measured_iteration_seconds": measured, "steps": len(picked), "turns": len(turns),
             "first_step": picked[0], "last_step": picked[-1], "gloo_socket_ifname": result["ifnames"],
-            "turn_seconds": [[step, statistics.median(times)] for step, times in per_turn if times],
-            "nic_drops_per_iteration": None if drops is None else {c: n / len(picked)
+            "turn_seconds": [[step, statistics.median(seconds[s - 1] for s in steps)] for step, steps in per_turn
+                             if steps],
+            "nic_drops_per_iteration": None if drops is None else {str(c): n / len(picked)
                                                                    for c, n in sorted(drops.items())},
             "host_cores": shares, "bound_iteration_seconds": bound, "ratio_to_bound": ratio(measured, bound)}
 
 
+def counts_minus(value: list | dict | None, taken: list | dict | None) -> list | dict | None:
+    """``value`` less ``taken``, two counters the demo samples: drops per channel (dicts) or core
+    times (lists, the CPU count first, kept); ``value`` as it is where either is None."""
+    if value is None or taken is None:
+        return value
+    if isinstance(value, dict):
+        return {channel: count - taken.get(channel, 0) for channel, count in value.items()}
+    return [value[0], *(a - b for a, b in zip(value[1:], taken[1:]))]
+
+
+def counts_plus(value: list | dict | None, more: list | dict | None) -> list | dict | None:
+    """``value`` and ``more`` added up (counters as in :func:`counts_minus`; either may be None)."""
+    if value is None:
+        return more
+    if more is None:
+        return value
+    if isinstance(value, dict):
+        return {channel: value.get(channel, 0) + more.get(channel, 0) for channel in set(value) | set(more)}
+    return [more[0], *(a + b for a, b in zip(value[1:], more[1:]))]
+
+
 def _turn_sum(turns: list[dict], kind: str) -> dict | list | None:
-    """The turns' ``kind`` ("drops": per channel, "cores": core times, CPU count first) between each
-    turn's ``start`` and ``end`` readings, summed (None where a turn lacks them)."""
+    """The turns' ``kind`` ("drops" or "cores", :func:`counts_minus`) between each turn's ``start``
+    and ``end`` readings, summed (None where a turn lacks them)."""
     total = None
     for turn in turns:
         start, end = (turn.get("start") or {}).get(kind), (turn.get("end") or {}).get(kind)
         if start is None or end is None:
             return None
-        if kind == "drops":
-            delta = {str(c): end[c] - start.get(c, 0) for c in end}
-            total = delta if total is None else {c: total.get(c, 0) + n for c, n in delta.items()}
-        else:
-            delta = [end[0], *(b - a for a, b in zip(start[1:], end[1:]))]
-            total = delta if total is None else [end[0], *(a + b for a, b in zip(total[1:], delta[1:]))]
+        total = counts_plus(total, counts_minus(end, start))
     return total
 
 

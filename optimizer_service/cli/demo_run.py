@@ -383,8 +383,7 @@ class DemoRun:
         code = runner.join(deadline)
         peer.progress.log.close()
         if code != 0 or not peer.out.exists():
-            raise JobFailedError(f"the peer failed (exit code {code}); its last lines:\n" +
-                                 "\n".join(peer.progress.tail[-15:]))
+            raise JobFailedError(runner.ended("the peer"))
         return {"rank0": json.loads(peer.out.read_text()), "turns": [turn.as_json() for turn in peer.turns],
                 "ifnames": peer.ifnames, "every": self.config.peer_every}
 
@@ -503,7 +502,7 @@ class _Ranks:
     def ended(self, name: str) -> str:
         """``name`` ended (or failed to start), with its exit code and last lines."""
         code = self.code[0] if self.code else None
-        return f"{name} (exit code {code}); its last lines:\n" + "\n".join(self.progress.tail[-15:])
+        return f"{name} ended (exit code {code}); its last lines:\n" + "\n".join(self.progress.tail[-15:])
 
 
 def _sample(samples: list[tuple[int, object]], step: int, read: Callable[[], object | None]) -> None:

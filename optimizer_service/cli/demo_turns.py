@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from optimizer_service.cli.demo_report import TURN_WARMUP, WARMUP
+from optimizer_service.cli.demo_report import TURN_WARMUP, WARMUP, counts_minus, counts_plus
 from optimizer_service.errors import JobFailedError
 
 POLL = 0.05             # seconds between the demo's looks at the ranks' progress while a turn runs
@@ -70,25 +70,6 @@ def job_turn_warmup(steps: int, every: int) -> list[int]:
             if start + k <= steps]
 
 
-def _minus(value: list | dict | None, taken: list | dict | None) -> list | dict | None:
-    """``value`` less ``taken``: drops per channel (dicts) or core times (lists: CPU count first, kept)."""
-    if value is None or taken is None:
-        return value
-    if isinstance(value, dict):
-        return {channel: count - taken.get(channel, 0) for channel, count in value.items()}
-    return [value[0], *(a - b for a, b in zip(value[1:], taken[1:]))]
-
-
-def _plus(value: list | dict | None, more: list | dict | None) -> list | dict | None:
-    if value is None:
-        return more
-    if more is None:
-        return value
-    if isinstance(value, dict):
-        return {channel: value.get(channel, 0) + more.get(channel, 0) for channel in set(value) | set(more)}
-    return [more[0], *(a + b for a, b in zip(value[1:], more[1:]))]
-
-
 @dataclass(frozen=True)
 class Reading:
     """The NICs' drops so far per channel and the host's core times so far (either None where unread)."""
@@ -124,12 +105,12 @@ class Meters:
 
     def job(self) -> Reading:
         now = self.read()
-        return Reading(_minus(now.drops, self._taken.drops), _minus(now.cores, self._taken.cores))
+        return Reading(counts_minus(now.drops, self._taken.drops), counts_minus(now.cores, self._taken.cores))
 
     def take_out(self, paused: Reading, resumed: Reading) -> None:
         """The peer ran between ``paused`` and ``resumed``: none of it is the job's."""
-        self._taken = Reading(_plus(self._taken.drops, _minus(resumed.drops, paused.drops)),
-                              _plus(self._taken.cores, _minus(resumed.cores, paused.cores)))
+        self._taken = Reading(counts_plus(self._taken.drops, counts_minus(resumed.drops, paused.drops)),
+                              counts_plus(self._taken.cores, counts_minus(resumed.cores, paused.cores)))
 
 
 def until(done: Callable[[], bool], alive: Callable[[], str | None], tick: Callable[[], None], deadline: float,
