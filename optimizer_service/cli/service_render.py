@@ -123,7 +123,7 @@ def fit_table(job: dict) -> list[str]:
     fixed cost per motif, the latency of a round and the rate (each beside its calibrated value),
     the samples and how each was set; each host's CPU per iteration (the bound's host term);
     then each fitted parameter's effect on the prediction and, on a first search, the second
-    reading it chose by (:func:`search_view.other_reading`)."""
+    readings it chose by (:func:`search_view.other_readings`)."""
     fit = job.get("fit")
     if not fit:
         return ["  no fitted model yet (the first search fits one to the job's telemetry)"]
@@ -146,12 +146,13 @@ def fit_table(job: dict) -> list[str]:
     for effect in fit.get("effects", []):
         lines.append(f"  prediction without {effect['parameter']}: {effect['predicted_seconds_without'] * 1e3:.1f} ms "
                      f"(with all: {predicted * 1e3:.1f} ms)")
-    other = search_view.other_reading(fit)
+    other = search_view.other_readings(fit)
     if other is not None:
-        rows, chosen = other
-        lines.append("  chosen by the worse of this fit and the window read with every link as calibrated: "
-                     + ", ".join(f"{where} {_figure(seconds, 1e3)} ms" for where, seconds in rows) + " per motif"
-                     + ("" if chosen is None else f"; the chosen plan at the worse reading {_figure(chosen, 1e3)} ms"))
+        readings, chosen = other
+        lines.append("  chosen by the worst of this fit and the window read with "
+                     + "; and with ".join(f"{how} ({', '.join(f'{where} {_figure(seconds, 1e3)} ms' for where, seconds in rows)} per motif)"
+                                          for how, rows in readings)
+                     + ("" if chosen is None else f"; the chosen plan at the worst reading {_figure(chosen, 1e3)} ms"))
     return lines
 
 

@@ -31,7 +31,7 @@ templates.env.filters["times"] = lambda r: "–" if r is None else f"{r:.2f}×"
 templates.env.filters["rate"] = views.rate
 templates.env.globals["ago"] = views.ago
 templates.env.globals["fit_rows"] = search_view.fit_rows
-templates.env.globals["other_reading"] = search_view.other_reading
+templates.env.globals["other_readings"] = search_view.other_readings
 
 router = APIRouter(include_in_schema=False)
 MAX_LOGIN_FORM = 8 * 1024

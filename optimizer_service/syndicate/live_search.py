@@ -19,25 +19,40 @@ every run:
   the job's own ranks cannot cut it short. (The service still stops a worker
   that overruns its deadline: :class:`optimizer_service.service.planning.Planner`.)
 
-* **the first plan is chosen by both readings of whole ops** — before any plan
+* **the first plan is chosen by every reading of whole ops** — before any plan
   ran in the cluster state, the window holds only ops the inner backend ran
   whole, one at a time, and their shapes cannot say whether what they took
   beyond the NIC's time is a slow rate (paid per byte, so cutting an op into
-  segments costs nothing) or per-motif and per-round time (paid again by every
-  segment). The fit takes the reading its least squares prefer; the other
-  reading is the same window fitted with every link at its calibrated rate
-  (:data:`~optimizer_service.syndicate.telemetry_fit.RATE_AS_CALIBRATED`). The
-  search prices every motif at the worse of the two
+  segments costs nothing), time per round (paid by every round of a ring or a
+  tree) or a fixed cost per motif (paid again by every segment): every op of
+  the window has about as many rounds per motif. The fit takes the reading its
+  least squares prefer; the other readings are the same window fitted with
+  every link at its calibrated rate
+  (:data:`~optimizer_service.syndicate.telemetry_fit.RATE_AS_CALIBRATED`) and
+  with every link at its calibrated rate and round, all the rest per motif
+  (:data:`~optimizer_service.syndicate.telemetry_fit.PER_MOTIF`). The search
+  prices every motif at the worst of the three
   (:class:`~optimizer_service.syndicate.motif_cost.WorstOf`) and so chooses a
-  plan that gains under both; the prediction, and the policy's judgement of the
-  gain, stay the fit's. Why: two FSDP2 loop runs' first searches fitted about
-  1 ms per motif (0.97 and 1.51 ms) from passthrough's window and cut every op
-  into eight segments over both channels; those plans measured 16-18 ms per
-  motif and ran 0.79-0.87 s against passthrough's 0.64-0.65 s. A third fitted
-  5.6 ms, cut each op in two (one part per channel) and ran 0.505 s, predicted
-  9 % low; with this rule, a fourth, on a 0.99 ms fit, cut each
-  op in two and ran 0.497 s. Once a plan has run in the state, its motifs are
-  in the window (or pooled from an earlier one) and the fit alone chooses.
+  plan that gains under each; the prediction, and the policy's judgement of the
+  gain, stay the fit's. Why the second: two FSDP2 loop runs' first searches
+  fitted about 1 ms per motif (0.97 and 1.51 ms) from passthrough's window and
+  cut every op into eight segments over both channels; those plans measured
+  16-18 ms per motif and ran 0.79-0.87 s against passthrough's 0.64-0.65 s. A
+  third fitted 5.6 ms, cut each op in two (one part per channel) and ran
+  0.505 s, predicted 9 % low; with this rule, a fourth, on a 0.99 ms fit, cut
+  each op in two and ran 0.497 s. Why the third: the DLRM job's windows fit a
+  ring's rounds at 9-11 times their calibrated latency and its fixed cost at
+  the calibrated 20 µs (the non-negative fit's bound), under both earlier
+  readings; one first search then reduced the 4-byte loss through a binary tree
+  of 14 two-rank motifs (7 rounds instead of a ring's 14), which the fit priced
+  at 20 µs a motif. The plan ran 0.213 s, predicted 19 % low. Read per motif,
+  the same window says 5.1 ms a motif; the job's next window, under that plan,
+  measured 0.9 ms a motif and a round at 1-35 times calibrated: the truth
+  between the readings. Replayed on the recorded windows of six loop runs
+  (``benchmarks/replay.py``), the third reading changes only DLRM's first plans
+  (the loss reduced in two motifs, reduce-scatter and all-gather). Once a plan
+  has run in the state, its motifs are in the window (or pooled from an
+  earlier one) and the fit alone chooses.
 * **the host's cores** — the fixed costs were fitted at the window's load; a
   plan's and the running plan's predictions are taken at the load each puts on
   the cores the ranks share
@@ -65,8 +80,18 @@ from optimizer_service.syndicate.motif_cost import WorstOf
 from optimizer_service.syndicate.plan_import import running_choice
 from optimizer_service.syndicate.refit import refit
 from optimizer_service.syndicate.scheduler import Policy
-from optimizer_service.syndicate.telemetry_fit import RATE_AS_CALIBRATED, TelemetryFit, effects, fit_telemetry
+from optimizer_service.syndicate.telemetry_fit import (
+    PER_MOTIF,
+    RATE_AS_CALIBRATED,
+    TelemetryFit,
+    effects,
+    fit_telemetry,
+)
 from optimizer_service.syndicate.trace_window import window_dag
+
+#: The readings of a window of whole ops besides the fit's own (module docstring), by their name in
+#: :attr:`LiveSearch.fit`, and the terms each takes at its calibrated value.
+READINGS = (("other_reading", RATE_AS_CALIBRATED), ("per_motif_reading", PER_MOTIF))
 
 #: Evaluations each live search may take at most (its no-improvement rule usually stops it
 #: sooner: after its floor, :func:`optimizer_service.syndicate.mcmc.default_floor`, at most 20,000).
@@ -106,11 +131,12 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     fit = fit_telemetry(calibrated, traces, measured_plan, prior)
     topology = refit(calibrated, fit)
     # Whole ops only (no plan ran in the window, none before it in this cluster state): the search
-    # chooses by the worse of two readings of the window, the prediction is the fit's (module docstring).
-    other = (fit_telemetry(calibrated, traces, given=RATE_AS_CALIBRATED)
-             if measured_plan is None and prior is None else None)
-    chooser = (fit.motif_cost(topology) if other is None
-               else WorstOf(fit.motif_cost(topology), other.motif_cost(refit(calibrated, other))))
+    # chooses by the worst of three readings of the window, the prediction is the fit's (module docstring).
+    readings = ({name: fit_telemetry(calibrated, traces, given=given) for name, given in READINGS}
+                if measured_plan is None and prior is None else {})
+    chooser = (WorstOf((fit.motif_cost(topology),
+                        *(reading.motif_cost(refit(calibrated, reading)) for reading in readings.values())))
+               if readings else fit.motif_cost(topology))
     dag, measured, window = window_dag(traces, name="live")
     hosts = host_loads(traces)
     found = plan_job(dag, topology, budget=math.inf, seed=seed, clock=clock, name="live",
@@ -121,7 +147,7 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     def priced(changed: TelemetryFit, k: float, choice: list[int], policy: Policy,
                framework_order: bool = False) -> float:
         """``choice`` priced by ``changed`` with its fixed costs ``k`` times as long."""
-        if k == 1.0 and changed is fit and other is None:   # the problem's own prices, nothing re-priced
+        if k == 1.0 and changed is fit and not readings:    # the problem's own prices, nothing re-priced
             return problem.steady_seconds(choice, policy, framework_order)
         topology_of = topology if changed is fit else refit(calibrated, changed)
         return problem.steady_seconds_priced(changed.contended(k).motif_cost(topology_of), choice, policy,
@@ -146,8 +172,9 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
 
     uncontended = priced(fit, 1.0, chosen.choice, chosen.policy, chosen.framework_order)
     described = {**fit.to_dict(calibrated), "predicted_seconds": predicted_seconds,
-                 "other_reading": None if other is None else {
-                     **other.to_dict(calibrated), "chosen_seconds": chosen.steady_seconds},
+                 **{name: None if name not in readings else {
+                     **readings[name].to_dict(calibrated), "chosen_seconds": chosen.steady_seconds}
+                    for name, _ in READINGS},
                  "effects": effects(fit, predicted) + ([] if contention is None else [
                      {"parameter": "the host's load", "predicted_seconds_without": uncontended}]),
                  "host_contention": None if contention is None else

@@ -136,20 +136,23 @@ class MotifCostModel:
 
 @dataclass(frozen=True)
 class WorstOf:
-    """Two cost models of one topology's motifs; a motif (or a step of them) costs
-    the more of what the two say. The options and the topology are ``first``'s.
-    The live search prices the first plan so when its window cannot tell two
-    readings apart (:func:`optimizer_service.syndicate.live_search.live_search`)."""
+    """Cost models of one topology's motifs; a motif (or a step of them) costs the
+    most that any of them says. The options and the topology are the first
+    model's. The live search prices the first plan so when its window cannot
+    tell the readings apart (:func:`optimizer_service.syndicate.live_search.live_search`)."""
 
-    first: MotifCostModel
-    second: MotifCostModel
+    models: tuple[MotifCostModel, ...]
+
+    def __post_init__(self) -> None:
+        if not self.models:
+            raise ValueError("WorstOf needs at least one cost model")
 
     @property
     def topology(self) -> Topology:
-        return self.first.topology
+        return self.models[0].topology
 
     def seconds(self, motif: Motif) -> float:
         return self.step_seconds((motif,))
 
     def step_seconds(self, group: tuple[Motif, ...]) -> float:
-        return max(self.first.step_seconds(group), self.second.step_seconds(group))
+        return max(model.step_seconds(group) for model in self.models)

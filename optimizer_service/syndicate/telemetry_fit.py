@@ -517,6 +517,9 @@ def fit_telemetry(topology: Topology, traces: Sequence[Mapping], plan: Plan | No
 #: The other reading of a window of whole ops (:func:`optimizer_service.syndicate.live_search.live_search`):
 #: every link at its calibrated rate, all that the window measured beyond it per motif.
 RATE_AS_CALIBRATED = {"rate": 1.0}
+#: The third reading: every link at its calibrated rate and its calibrated time per round, all that the
+#: window measured beyond them per motif (the fixed cost a plan of many motifs pays again for each).
+PER_MOTIF = {"rate": 1.0, "latency": 1.0}
 
 
 def effects(fit: TelemetryFit, price: Callable[[TelemetryFit], float]) -> list[dict]:

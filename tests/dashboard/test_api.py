@@ -214,13 +214,17 @@ def test_a_search_shows_the_model_it_fitted_and_each_values_effect(dashboard):
     assert effects == [f"prediction without {e['parameter']}: {duration(e['predicted_seconds_without'])} "
                        f"(with all: {duration(fit['predicted_seconds'])})" for e in fit["effects"]]
     assert "prediction without channel 0 rate" in page and f"bound by {job['bound']['binding']}" in page
-    other = fit["other_reading"]          # a first search chose by both readings of its window
+    other, per_motif = fit["other_reading"], fit["per_motif_reading"]     # a first search chose by three readings
     said = re.search(r'<p id="fit-other" class="muted">(.*?)</p>', page, re.S).group(1)
-    assert said == ("Chosen by the worse of this fit and the window read with every link as calibrated: "
-                    f"channel 0 {duration(other['channels']['0']['motif_seconds'])}, "
-                    f"channel 1 {duration(other['channels']['1']['motif_seconds'])}, "
-                    f"host {duration(other['host']['motif_seconds'])} per motif; "
-                    f"the chosen plan at the worse reading {duration(other['chosen_seconds'])}."), said
+
+    def motifs(reading):
+        return (f"channel 0 {duration(reading['channels']['0']['motif_seconds'])}, "
+                f"channel 1 {duration(reading['channels']['1']['motif_seconds'])}, "
+                f"host {duration(reading['host']['motif_seconds'])} per motif")
+
+    assert said == ("Chosen by the worst of this fit and the window read with every link at its calibrated rate "
+                    f"({motifs(other)}); and with every link at its calibrated rate and round ({motifs(per_motif)}); "
+                    f"the chosen plan at the worst reading {duration(per_motif['chosen_seconds'])}."), said
 
 
 def test_bad_input_is_one_line_with_its_field_and_stores_nothing(dashboard):

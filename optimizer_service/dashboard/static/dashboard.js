@@ -205,13 +205,15 @@ function jobPage(root) {
     document.getElementById("fit-effects").replaceChildren(...(fit.effects || []).map(e => el("li", {},
       `prediction without ${e.parameter}: ${fmt(e.predicted_seconds_without)} (with all: ${fmt(fit.predicted_seconds)})`)));
     document.getElementById("fit-hosts").replaceChildren(...hosts);
-    // A first search's second reading of its window (search_view.other_reading), the same sentence as the page's.
-    const other = fit.other_reading;
-    const otherRows = other ? fitRows(other).filter(([, e]) => typeof e.motif_seconds === "number") : [];
-    setText("fit-other", other ? "Chosen by the worse of this fit and the window read with every link as calibrated: " +
-      otherRows.map(([where, e]) => `${where} ${fmt(e.motif_seconds)}`).join(", ") + " per motif" +
-      (typeof other.chosen_seconds === "number" ? `; the chosen plan at the worse reading ${fmt(other.chosen_seconds)}` : "") +
-      "." : "");
+    // A first search's other readings of its window (search_view.other_readings), the same sentence as the page's.
+    const readings = [["other_reading", "every link at its calibrated rate"],
+                      ["per_motif_reading", "every link at its calibrated rate and round"]]
+      .filter(([field]) => fit[field]).map(([field, how]) => [how, fit[field]]);
+    const chosen = readings.map(([, r]) => r.chosen_seconds).filter(s => typeof s === "number").pop();
+    setText("fit-other", readings.length ? "Chosen by the worst of this fit and the window read with " +
+      readings.map(([how, r]) => `${how} (` + fitRows(r).filter(([, e]) => typeof e.motif_seconds === "number")
+        .map(([where, e]) => `${where} ${fmt(e.motif_seconds)}`).join(", ") + " per motif)").join("; and with ") +
+      (chosen !== undefined ? `; the chosen plan at the worst reading ${fmt(chosen)}` : "") + "." : "");
   }
 
   every(3 * POLL_MS, async () => {

@@ -8,6 +8,7 @@ import itertools
 import json
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from deploy.emulated.model import cluster_topology
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import comm_op, motifs_of
+from optimizer_service.plan.plan import Plan
+from optimizer_service.service import search_record
 from optimizer_service.syndicate.facade import plan_job
 from optimizer_service.syndicate.live_search import live_search
 from optimizer_service.syndicate.motif_cost import MotifCostModel
@@ -85,20 +88,24 @@ def test_the_first_search_prices_passthrough_as_this_host_measures_it():
     assert any(without < live.fit["predicted_seconds"] for without in effects.values())
 
 
-def test_the_first_search_chooses_by_the_worse_reading_of_whole_ops_and_predicts_with_the_fit():
+def test_the_first_search_chooses_by_the_worst_reading_of_whole_ops_and_predicts_with_the_fit():
     traces = passthrough_traces([0.02] * 8)
     first = live_search(traces, TOPOLOGY)
-    other = first.fit["other_reading"]
-    # the other reading: every link at its calibrated rate, all the window measured beyond it per motif and round
+    other, per_motif = first.fit["other_reading"], first.fit["per_motif_reading"]
+    # the other readings: every link at its calibrated rate, all the window measured beyond it per motif and
+    # round; and every link at its calibrated rate and round, all of it per motif
     assert other is not None and all(entry["scale"] == 1.0 for entry in other["channels"].values())
+    assert per_motif is not None and all(entry["scale"] == entry["latency_scale"] == 1.0
+                                         for entry in per_motif["channels"].values())
     assert first.fit["channels"]["0"]["scale"] > 1.0
     # the chosen plan costs more under the worse of both readings than under the fit, which predicts it
     assert first.fit["host_contention"] is None             # no CPU records: the prediction is the fit's own
-    assert other["chosen_seconds"] >= first.predicted_seconds
+    assert other["chosen_seconds"] == per_motif["chosen_seconds"] >= first.predicted_seconds
     assert first.found.plan.predicted_iteration_seconds == first.predicted_seconds
     # once the cluster state has a fit (pooled from here on) or a plan ran in the window, the fit alone chooses
     prior = TelemetryFit.from_dict(first.fit)
-    assert live_search(traces, TOPOLOGY, prior=prior).fit["other_reading"] is None
+    later = live_search(traces, TOPOLOGY, prior=prior).fit
+    assert later["other_reading"] is None and later["per_motif_reading"] is None
 
 
 def test_the_same_traces_give_the_same_plan_under_an_artificially_slow_clock():
@@ -109,3 +116,38 @@ def test_the_same_traces_give_the_same_plan_under_an_artificially_slow_clock():
     assert slow.found.chosen.search.stopped_by != "budget"
     assert json.loads(slow.found.plan.to_json()) == json.loads(again.found.plan.to_json())
     assert slow.found.chosen.steady_seconds == again.found.chosen.steady_seconds
+
+
+#: The first live search of a DLRM loop run (2 x 4 ranks, two 200 Mbit/s NICs, lossless fabric, at
+#: ``bf0120c``): passthrough's trace window and the plan that search chose by two readings of it.
+DLRM_FIRST_WINDOW = Path(__file__).parent / "data" / "dlrm-first-window.json"
+
+
+def loss_motifs(plan: Plan) -> int:
+    """The motifs with bytes of the plan's 4-byte all-reduce (the DLRM job's loss)."""
+    (loss,) = [op for op in plan.ops if op.key.nbytes == 4]
+    return sum(1 for motif in loss.motifs if motif.nbytes)
+
+
+def test_a_window_that_reads_its_excess_as_rounds_is_also_read_per_motif_and_the_plan_keeps_few_motifs():
+    record = search_record.read(DLRM_FIRST_WINDOW)
+    topology = Topology.from_yaml(record.topology_yaml)
+    # what this window made of the search that ran in the loop: the fit and the rate-as-calibrated reading both
+    # put the excess in the rounds (9.5 times calibrated) and kept the fixed cost at its calibrated 20 µs, and the
+    # search reduced the 4-byte loss through a tree of 14 two-rank motifs (it ran 19 % over its prediction)
+    fit = record.outcome["fit"]
+    for reading in (fit, fit["other_reading"]):
+        assert reading["channels"]["0"]["motif_seconds"] == pytest.approx(20e-6)
+        assert reading["channels"]["0"]["latency_scale"] > 5
+    assert loss_motifs(Plan.parse(record.plan_json)) == 14
+    live = live_search(record.traces, topology, record.seed, record.evaluations)
+    per_motif = live.fit["per_motif_reading"]
+    # the third reading: rate and rounds as calibrated, the excess per motif (milliseconds)
+    assert per_motif["channels"]["0"]["latency_scale"] == 1.0 and per_motif["channels"]["0"]["scale"] == 1.0
+    assert per_motif["channels"]["0"]["motif_seconds"] > 1e-3
+    assert loss_motifs(live.found.plan) <= 2            # priced by the worst of three readings: two motifs
+    # the prediction is still the fit's own (at the host's load), and the worst reading prices the chosen plan
+    # at least as high as the fit does at the window's load
+    assert live.fit["channels"]["0"]["motif_seconds"] == pytest.approx(20e-6)
+    uncontended = live.fit["host_contention"]["predicted_seconds_uncontended"]
+    assert per_motif["chosen_seconds"] == live.fit["other_reading"]["chosen_seconds"] >= uncontended
