@@ -377,7 +377,7 @@ def test_a_jobs_latest_search_shows_its_fitted_model_and_bound_and_a_restart_rea
     effects = {e["parameter"]: e["predicted_seconds_without"] for e in fit["effects"]}
     assert {"channel 0 motif_seconds", "channel 0 latency", "channel 0 rate"} <= set(effects)
     # every fitted value is a cost: back at its calibrated value the chosen plan is predicted faster, or as fast
-    # where it runs nothing that value prices (the first search chooses by both readings of the window)
+    # where it runs nothing that value prices (the first search chooses by every reading of the window)
     assert all(without <= fit["predicted_seconds"] for without in effects.values())
     assert any(without < fit["predicted_seconds"] for without in effects.values())
     assert all(entry["scale"] == 1.0 for entry in fit["other_reading"]["channels"].values())     # links as calibrated

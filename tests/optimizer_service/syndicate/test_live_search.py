@@ -98,7 +98,7 @@ def test_the_first_search_chooses_by_the_worst_reading_of_whole_ops_and_predicts
     assert per_motif is not None and all(entry["scale"] == entry["latency_scale"] == 1.0
                                          for entry in per_motif["channels"].values())
     assert first.fit["channels"]["0"]["scale"] > 1.0
-    # the chosen plan costs more under the worse of both readings than under the fit, which predicts it
+    # the chosen plan costs more under the worst of the readings than under the fit, which predicts it
     assert first.fit["host_contention"] is None             # no CPU records: the prediction is the fit's own
     assert other["chosen_seconds"] == per_motif["chosen_seconds"] >= first.predicted_seconds
     assert first.found.plan.predicted_iteration_seconds == first.predicted_seconds
