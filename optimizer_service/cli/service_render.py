@@ -149,9 +149,12 @@ def fit_table(job: dict) -> list[str]:
     other = search_view.other_readings(fit)
     if other is not None:
         readings, chosen = other
+
+        def per_motif(rows: list[tuple[str, float]]) -> str:
+            return ", ".join(f"{where} {_figure(seconds, 1e3)} ms" for where, seconds in rows) + " per motif"
+
         lines.append("  chosen by the worst of this fit and the window read with "
-                     + "; and with ".join(f"{how} ({', '.join(f'{where} {_figure(seconds, 1e3)} ms' for where, seconds in rows)} per motif)"
-                                          for how, rows in readings)
+                     + "; and with ".join(f"{how} ({per_motif(rows)})" for how, rows in readings)
                      + ("" if chosen is None else f"; the chosen plan at the worst reading {_figure(chosen, 1e3)} ms"))
     return lines
 

@@ -85,6 +85,7 @@ from optimizer_service.syndicate.telemetry_fit import (
     RATE_AS_CALIBRATED,
     TelemetryFit,
     effects,
+    fit_readings,
     fit_telemetry,
 )
 from optimizer_service.syndicate.trace_window import window_dag
@@ -128,12 +129,14 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     (:func:`~optimizer_service.syndicate.telemetry_fit.fit_samples`); ``clock`` only
     times the searches (their ``elapsed``), it never stops one."""
     measured_plan = plan_measured(running, calibrated)
-    fit = fit_telemetry(calibrated, traces, measured_plan, prior)
+    if measured_plan is None and prior is None:
+        # Whole ops only (no plan ran in the window, none before it in this cluster state): the search
+        # chooses by the worst of three readings of the window, the prediction is the fit's (module docstring).
+        fit, *others = fit_readings(calibrated, traces, (None, *(given for _, given in READINGS)))
+        readings = {name: reading for (name, _), reading in zip(READINGS, others)}
+    else:
+        fit, readings = fit_telemetry(calibrated, traces, measured_plan, prior), {}
     topology = refit(calibrated, fit)
-    # Whole ops only (no plan ran in the window, none before it in this cluster state): the search
-    # chooses by the worst of three readings of the window, the prediction is the fit's (module docstring).
-    readings = ({name: fit_telemetry(calibrated, traces, given=given) for name, given in READINGS}
-                if measured_plan is None and prior is None else {})
     chooser = (WorstOf((fit.motif_cost(topology),
                         *(reading.motif_cost(refit(calibrated, reading)) for reading in readings.values())))
                if readings else fit.motif_cost(topology))

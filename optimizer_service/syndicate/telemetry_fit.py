@@ -514,6 +514,15 @@ def fit_telemetry(topology: Topology, traces: Sequence[Mapping], plan: Plan | No
     return fit_samples(samples, topology.channels, prior=prior, given=given, rounds=calibrated_rounds(topology))
 
 
+def fit_readings(topology: Topology, traces: Sequence[Mapping],
+                 givens: Sequence[Mapping[str, float] | None]) -> list[TelemetryFit]:
+    """A window of whole ops only (no plan ran in it, no earlier fit of its cluster state)
+    fitted once per entry of ``givens`` (:func:`fit_telemetry`'s ``given``: None fits every
+    term), its samples read once."""
+    samples, rounds = passthrough_samples(topology, traces), calibrated_rounds(topology)
+    return [fit_samples(samples, topology.channels, given=given, rounds=rounds) for given in givens]
+
+
 #: The other reading of a window of whole ops (:func:`optimizer_service.syndicate.live_search.live_search`):
 #: every link at its calibrated rate, all that the window measured beyond it per motif.
 RATE_AS_CALIBRATED = {"rate": 1.0}
