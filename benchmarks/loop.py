@@ -28,6 +28,11 @@ averaged away):
   measured here, both plans run head to head on a cluster built with the
   slowed NIC (``P2_PLAN_FILE``, alternating, each ``--h2h-steps`` steps,
   medians after warm-up; a ratio inside one run);
+* the first plan alone: the first committed plan, the peer and passthrough
+  run again in turns on a fresh cluster (no service, nothing beside them; the
+  same steps and rounds), so that the plan's quality (its speed-up over the
+  peer and ratio to the bound alone) is told apart from what the loop adds to
+  it (``first_plan_loop_over_alone``; :mod:`benchmarks.loop_alone`);
 * time from the first search's request to the committed plan, and the NICs'
   drops per iteration in each phase and peer segment (on the lossy fabric,
   what a plan gains by avoiding drops);
@@ -64,22 +69,20 @@ import json
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from deploy.emulated import FABRICS, can_manage_namespaces, create_cluster, destroy_cluster, run_ranks
+from benchmarks.loop_alone import first_plan_alone, head_to_head
+from deploy.emulated import FABRICS, can_manage_namespaces
 from deploy.emulated.names import check_name
 from deploy.errors import DeployError
-from optimizer_service.cli.demo_report import OFFLINE_PLAN, busy_text, prediction_error
+from optimizer_service.cli.demo_report import busy_text, prediction_error
 from optimizer_service.cli.demo_run import JOBS
-from optimizer_service.service.store.sqlite_store import SqlitePlanStore
 
 ROOT = Path(__file__).resolve().parents[1]
 
-H2H_WARMUP = 8
 #: The issue's goals: the first plan's speed-up over the peer per job, and the shared thresholds.
 OVER_PEER = {"dlrm": 1.3, "ddp": 1.2, "fsdp": 1.2}
 TO_BOUND = 1.15
@@ -94,7 +97,7 @@ QUICK = {"steps": 130, "peer_steps": 8, "h2h_steps": 12, "h2h_rounds": 1, "demo_
 #: What each run keeps of its work folder (``--out/runs/JOB-FABRIC-RUN/``): the demo's JSON, the
 #: service's store, its log, the demo's and the head-to-head's logs, and the folder of search records (each search's
 #: trace windows and outcome: ``benchmarks/replay.py`` searches them again). The ranks' log stays.
-KEPT = ("demo.json", "service.db", "service.log", "demo.log", "h2h.log", "searches")
+KEPT = ("demo.json", "service.db", "service.log", "demo.log", "alone.log", "h2h.log", "searches")
 
 
 def keep(work: Path, folder: Path) -> None:
@@ -120,44 +123,6 @@ def one_run(job: str, fabric: str, steps: int, peer_steps: int, throttle: float,
     return json.loads(out.read_text())
 
 
-def head_to_head(report: dict, work: Path, steps: int, rounds: int, cluster_name: str) -> dict:
-    """The replanned plan and the offline search's best, run alternately on a cluster whose
-    second NIC is slowed as in the demo; medians of each plan's steps after warm-up."""
-    phases = {phase["name"]: phase for phase in report["phases"]}
-    version = phases["replanned"]["plan_version"]
-    if not report["cluster"]["emulated"] or version is None or not (work / OFFLINE_PLAN).is_file():
-        return {"skipped": "no replanned plan or no offline plan (or a loopback run)"}
-    job = report["job"]["id"]
-    store = SqlitePlanStore.open(work / "service.db")
-    try:
-        stored = store.get_plan(job, version)
-    finally:
-        store.close()
-    plans = {"replanned": stored.plan_json, "offline": (work / OFFLINE_PLAN).read_text()}
-    cluster = report["cluster"]
-    info = create_cluster(cluster_name, cluster["nodes"], cluster["per_node"], cluster["nic_bytes_per_second"],
-                          cluster["nic2_bytes_per_second"] / cluster["throttle"], fabric=cluster["fabric"])
-    paths = {name: work / f"h2h-{name}.json" for name in plans}
-    for name, path in paths.items():
-        path.write_text(plans[name])
-    seconds: dict[str, list[float]] = {name: [] for name in plans}
-    try:
-        for round_ in range(rounds):
-            for name, path in paths.items():
-                out = work / f"h2h-{name}-{round_}.out.json"
-                command = JOBS[job].command("p2enforcer", steps, out, report["job"]["model_flags"])
-                with (work / "h2h.log").open("a") as log:
-                    code = run_ranks(info, command, env={"P2_PLAN_FILE": str(path)}, out=log, err=log, timeout=900)
-                if code != 0:
-                    raise SystemExit(f"the head-to-head run of the {name} plan failed ({code}); see {work / 'h2h.log'}")
-                seconds[name] += json.loads(out.read_text())["step_seconds"][H2H_WARMUP:]
-    finally:
-        destroy_cluster(cluster_name)
-    replanned, offline = statistics.median(seconds["replanned"]), statistics.median(seconds["offline"])
-    return {"replanned_seconds": replanned, "offline_seconds": offline, "ratio": replanned / offline,
-            "steps_each": len(seconds["replanned"]), "rounds": rounds}
-
-
 def _measured(row: dict | None) -> float | None:
     return None if row is None else row["measured_iteration_seconds"]
 
@@ -166,7 +131,7 @@ def _over(slower: float | None, faster: float | None) -> float | None:
     return slower / faster if slower and faster else None
 
 
-def figures(report: dict, h2h: dict, run: int) -> dict:
+def figures(report: dict, h2h: dict, run: int, alone: dict | None = None) -> dict:
     """One run's row of the summary (module docstring)."""
     phases = {phase["name"]: phase for phase in report["phases"]}
     peer = report["peer"]
@@ -208,6 +173,12 @@ def figures(report: dict, h2h: dict, run: int) -> dict:
             "replanned_speedup_over_peer": report["replan"]["speedup_over_peer"],
             "ratio_to_offline_best": report["replan"]["ratio_to_offline_best"],
             "measured_ratio_to_offline_best": h2h.get("ratio"),
+            "first_plan_alone_seconds": (alone or {}).get("first_plan_seconds"),
+            "peer_alone_seconds": (alone or {}).get("peer_seconds"),
+            "passthrough_alone_seconds": (alone or {}).get("passthrough_seconds"),
+            "first_plan_alone_speedup_over_peer": (alone or {}).get("speedup_over_peer"),
+            "first_plan_alone_ratio_to_bound": (alone or {}).get("ratio_to_bound"),
+            "first_plan_loop_over_alone": (alone or {}).get("loop_over_alone"),
             "seconds_to_first_commit": report["first_plan"]["seconds_to_commit"],
             "nic_drops_per_iteration": _per_phase(phases, peer, "nic_drops_per_iteration"),
             "host_cores": _per_phase(phases, peer, "host_cores")}
@@ -288,6 +259,17 @@ def summary(rows: list[dict]) -> list[str]:
         lines.append(f"  {row['job']} {row['fabric']} run {row['run']}: " +
                      ", ".join(busy_text(shares.get(name)) for name in
                                ("passthrough", "peer-before", "first-plan", "changed", "peer-after", "replanned")))
+    lines.append("the first plan alone (no service, no peer beside it; first plan, peer and passthrough in turns on "
+                 "a fresh cluster, P2_PLAN_FILE): its seconds, over the peer, over passthrough, to the bound; the loop's "
+                 "measurement of it over this one:")
+    for row in rows:
+        alone = row.get("first_plan_alone_seconds")
+        lines.append(f"  {row['job']} {row['fabric']} run {row['run']}: " + (
+            "not measured" if alone is None else
+            f"{fmt(alone)} s, {times(row['first_plan_alone_speedup_over_peer'])} over the peer's "
+            f"{fmt(row['peer_alone_seconds'])} s, {times(_over(row['passthrough_alone_seconds'], alone))} over "
+            f"passthrough's {fmt(row['passthrough_alone_seconds'])} s, {times(row['first_plan_alone_ratio_to_bound'])} "
+            f"the bound; in the loop {times(row['first_plan_loop_over_alone'])}"))
     lines.append("predictions (predicted over measured, minus 1):")
     for row in rows:
         plans = ", ".join(f"v{plan['plan_version']} {fmt(plan['error'], '+.0%')}"
@@ -365,8 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="steps of each demo (default 200; --quick: 130)")
     parser.add_argument("--peer-steps", type=int, help="steps of each of the peer's turns (default 10; --quick: 8)")
     parser.add_argument("--throttle", type=float, default=4.0)
-    parser.add_argument("--h2h-steps", type=int, help="steps of each head-to-head run (default 30; --quick: 12)")
-    parser.add_argument("--h2h-rounds", type=int, help="alternations of the two plans (default 2; --quick: 1)")
+    parser.add_argument("--h2h-steps", type=int, help="steps of each run alone and head to head (default 30; --quick: 12)")
+    parser.add_argument("--h2h-rounds", type=int, help="alternations of the plans run alone and head to head (default 2; --quick: 1)")
     parser.add_argument("--quick", action="store_true",
                         help="short runs (a test's size): the values above marked --quick, search budget 1 s")
     parser.add_argument("--name", default="p2loop",
@@ -396,11 +378,12 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"{job}, {fabric} fabric, run {run}/{args.runs}: p2 demo --job {job} --fabric {fabric} "
                           f"--steps {steps} ...", flush=True)
                     report = one_run(job, fabric, steps, peer_steps, args.throttle, clusters["demo"], demo_args, work)
-                    h2h = (head_to_head(report, work, h2h_steps, h2h_rounds, clusters["h2h"])
-                           if can_manage_namespaces() else {})
+                    emulated = can_manage_namespaces()
+                    alone = first_plan_alone(report, work, h2h_steps, h2h_rounds, clusters["h2h"]) if emulated else {}
+                    h2h = head_to_head(report, work, h2h_steps, h2h_rounds, clusters["h2h"]) if emulated else {}
                     keep(work, args.out / "runs" / f"{job}-{fabric}-{run}")
-                report["head_to_head"], report["run"] = h2h, run
-                row = figures(report, h2h, run)
+                report["first_plan_alone"], report["head_to_head"], report["run"] = alone, h2h, run
+                row = figures(report, h2h, run, alone)
                 row["goals"] = goals(row)
                 reports.append(report)
                 rows.append(row)

@@ -266,6 +266,58 @@ def test_loop_benchmark_checks_the_issues_goals_per_run():
     assert loop_bench.goals(unmeasured)["replan within 30 iterations"] is None
 
 
+def test_loop_benchmark_shows_the_first_plan_alone_beside_the_loops_measurement():
+    from benchmarks import loop as loop_bench
+
+    alone = {"first_plan_seconds": 0.2, "peer_seconds": 0.26, "passthrough_seconds": 0.34,
+             "speedup_over_peer": 1.3, "ratio_to_bound": 1.25, "loop_over_alone": 1.2}
+    row = loop_bench.figures(_loop_report(0.26, 0.24, 0.22, (0.0, 0.0, 0.0), 14), {}, 1, alone)
+    assert (row["first_plan_alone_seconds"], row["peer_alone_seconds"], row["first_plan_loop_over_alone"]) == (
+        0.2, 0.26, 1.2)
+    line = next(line for line in loop_bench.summary([{**row, "goals": loop_bench.goals(row)}])
+                if line.startswith("  dlrm lossless run 1: 0.200 s"))
+    assert "1.30x over the peer's 0.260 s, 1.70x over passthrough's 0.340 s, 1.25x the bound; in the loop 1.20x" in line
+    # The goals stay the loop's: the plan alone is shown, not judged.
+    assert loop_bench.goals(row)["first plan >= 1.3x over the peer"] is False
+    unmeasured = loop_bench.figures(_loop_report(0.26, 0.24, 0.22, (0.0, 0.0, 0.0), 14), {}, 2, {"skipped": "x"})
+    assert "  dlrm lossless run 2: not measured" in loop_bench.summary([{**unmeasured, "goals": {}}])
+
+
+@pytest.mark.netns
+@pytest.mark.multiproc
+@pytest.mark.slow
+@pytest.mark.skipif(not can_manage_namespaces(), reason="needs CAP_NET_ADMIN (run as root) for the emulated cluster")
+def test_first_plan_alone_runs_the_plan_the_peer_and_passthrough_in_turns(tmp_path):
+    """A recorded DLRM first plan (2 x 4 ranks), stored as a run's v1, run alone with the peer and
+    passthrough on a fresh emulated cluster: real ranks, each entry's steps after warm-up."""
+    from benchmarks import loop_alone
+    from optimizer_service.service.store.sqlite_store import SqlitePlanStore
+
+    record = json.loads((Path(__file__).parent / "optimizer_service" / "syndicate" / "data" /
+                         "dlrm-first-window.json").read_text())
+    store = SqlitePlanStore.open(tmp_path / "service.db")
+    store.add_plan("dlrm", 1, record["plan_json"], 0.0)
+    store.close()
+    report = {"job": {"id": "dlrm", "model_flags": []},
+              "cluster": {"emulated": True, "nodes": 2, "per_node": 4, "nic_bytes_per_second": 25e6,
+                          "nic2_bytes_per_second": 25e6, "fabric": "lossless", "throttle": 4.0},
+              "phases": [{"name": "first-plan", "plan_version": 1, "measured_iteration_seconds": 0.25,
+                          "bound_iteration_seconds": 0.15}]}
+    alone = loop_alone.first_plan_alone(report, tmp_path, loop_alone.WARMUP + 3, 1, "p2t-alone")
+    assert alone["steps_each"] == 3 and alone["rounds"] == 1
+    assert all(alone[key] > 0 for key in ("first_plan_seconds", "peer_seconds", "passthrough_seconds"))
+    assert alone["loop_over_alone"] == pytest.approx(0.25 / alone["first_plan_seconds"])
+    assert alone["ratio_to_bound"] == pytest.approx(alone["first_plan_seconds"] / 0.15)
+    log = (tmp_path / "alone.log").read_text()
+    # Every rank of the plan's run ran plan v1 from its first step; the peer's over both NICs.
+    assert json.loads((tmp_path / "alone-first_plan-0.out.json").read_text())["plan_versions"] == [1] * 11
+    assert json.loads((tmp_path / "alone-peer-0.out.json").read_text())["backend"] == "gloo"
+    assert "Traceback" not in log
+    skipped = loop_alone.first_plan_alone({**report, "cluster": {**report["cluster"], "emulated": False}},
+                                          tmp_path, 11, 1, "p2t-alone")
+    assert "skipped" in skipped
+
+
 @pytest.mark.parametrize("args, words", [
     (["--jobs", "dlrm,nope"], "unknown job 'nope'"),
     (["--fabrics", "wet"], "unknown fabric 'wet'"),
