@@ -156,7 +156,8 @@ def figures(report: dict, h2h: dict, run: int, alone: dict | None = None) -> dic
             "best_plan_ratio_to_bound": None if best is None else best["ratio_to_bound"],
             "passthrough_prediction_error": prediction_error(passthrough),
             "plan_prediction_errors": [{"plan_version": plan["plan_version"], "cluster": plan["cluster"],
-                                        "error": plan["prediction_error"]} for plan in report["plans"]],
+                                        "error": plan["prediction_error"], "steps": plan.get("steps")}
+                                       for plan in report["plans"]],
             "first_plan_prediction_error": prediction_error(first),
             "replanned_prediction_error": prediction_error(phases["replanned"]),
             "passthrough_model_error": prediction_error(passthrough, "model_iteration_seconds"),
@@ -197,7 +198,10 @@ def _at_most(value: float | None, limit: float) -> bool | None:
 def goals(row: dict) -> dict[str, bool | None]:
     """The issue's goals for one run: True met, False missed, None not measured (no plan, no replan,
     no peer or no bound: the run cannot show it)."""
-    errors = [row["passthrough_prediction_error"]] + [plan["error"] for plan in row["plan_prediction_errors"]]
+    # A plan that never ran on the cluster state it was predicted for (committed just before the
+    # change) has nothing to judge its prediction by; every other plan counts.
+    errors = [row["passthrough_prediction_error"]] + [plan["error"] for plan in row["plan_prediction_errors"]
+                                                      if plan.get("steps") != 0]
     replanned = row["replanned_seconds"]
     peer = row.get("replanned_peer_seconds") or row["peer_after_seconds"]
     slower = (None if replanned is None or row["passthrough_seconds"] is None or peer is None
@@ -272,7 +276,8 @@ def summary(rows: list[dict]) -> list[str]:
             f"the bound; in the loop {times(row['first_plan_loop_over_alone'])}"))
     lines.append("predictions (predicted over measured, minus 1):")
     for row in rows:
-        plans = ", ".join(f"v{plan['plan_version']} {fmt(plan['error'], '+.0%')}"
+        plans = ", ".join(f"v{plan['plan_version']} " + ("not run on the state it was predicted for"
+                                                         if plan.get("steps") == 0 else fmt(plan["error"], "+.0%"))
                           for plan in row["plan_prediction_errors"])
         lines.append(f"  {row['job']} {row['fabric']} run {row['run']}: passthrough "
                      f"{fmt(row['passthrough_prediction_error'], '+.0%')}; {plans or 'no plan ran'}; model's own: "

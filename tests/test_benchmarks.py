@@ -261,6 +261,14 @@ def test_loop_benchmark_checks_the_issues_goals_per_run():
     assert any(line.startswith("dlrm  lossless   1 ") for line in lines)
     assert any("run 2: first plan >= 1.3x over the peer FAIL" in line for line in lines)
 
+    # A plan committed just before the change that ran only after it: shown, not judged.
+    stale = _loop_report(0.26, 0.18, 0.22, (0.05, -0.1, 0.12), 14)
+    stale["plans"].insert(1, {"plan_version": 2, "cluster": "before", "steps": 0, "measured_iteration_seconds": None,
+                              "ratio_to_bound": None, "prediction_error": None})
+    judged = loop_bench.figures(stale, {}, 4)
+    assert loop_bench.goals(judged)["every prediction within 15%"] is True
+    assert "v2 not run on the state it was predicted for" in "\n".join(loop_bench.summary([{**judged, "goals": {}}]))
+
     # No replan committed: its goals cannot be shown by the run.
     unmeasured = loop_bench.figures(_loop_report(0.26, 0.18, 0.22, (0.0, 0.0, 0.0), None), {}, 3)
     assert loop_bench.goals(unmeasured)["replan within 30 iterations"] is None

@@ -69,8 +69,10 @@ first are in no phase (``turn_warmup``): neither job's median counts a resumptio
 
 **Committed plans** (:func:`committed_plans`): every plan version the job ran,
 measured on the cluster state it was committed for (before or after the
-change; after :data:`SETTLE` steps on it), with the service's prediction for
-it, its error and its bound: what "every prediction within 15 %" is judged on.
+change, by the step of its commit; after :data:`SETTLE` steps on it), with the
+service's prediction for it, its error and its bound: what "every prediction
+within 15 %" is judged on. A plan committed for the state before the change
+that only ran after it has no measurement there and no error.
 """
 
 from __future__ import annotations
@@ -210,16 +212,21 @@ def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]
 def committed_plans(rank0: dict, change_step: int | None, plans: dict, events: list[dict],
                     skip: Collection[int] = ()) -> list[dict]:
     """Every plan version the job ran (module docstring), on the cluster state it was committed for:
-    ``cluster`` "before" when it first ran before the change (its steps before the change), else
-    "after" (its steps after the change's first two); ``skip`` as for :func:`phases`."""
+    ``cluster`` "before" when the service's commit of it came before the change (else, without a
+    commit event, when it first ran before it), measured over its steps before the change; else
+    "after", over its steps after the change's first two. A plan committed just before the change
+    that ran only after it has no steps on its state: no measurement, no prediction error (its
+    prediction was for a cluster it never ran on). ``skip`` as for :func:`phases`."""
     seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
     change = change_step if change_step is not None else len(seconds) + 1
     unplanned = _unplanned(events)
     skipped = set(skip)
+    committed = {event["version"]: event["iteration"] + 1 for event in events
+                 if event.get("kind") == "commit" and event.get("iteration") is not None}
     rows = []
     for version in sorted(set(versions) - {0}):
         ran = [s for s in range(1, len(seconds) + 1) if versions[s - 1] == version and s not in skipped]
-        before = ran[0] < change
+        before = committed.get(version, ran[0]) < change
         picked = [s for s in ran if (s < change if before else s > change + 1) and _since_switch(versions, s) >= SETTLE]
         measured = statistics.median(seconds[s - 1] for s in picked) if picked else None
         row = {"plan_version": version, "cluster": "before" if before else "after", "steps": len(picked),

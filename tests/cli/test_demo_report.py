@@ -171,6 +171,23 @@ def test_committed_plans_are_judged_on_the_cluster_state_they_were_committed_for
     assert rows[3]["ratio_to_bound"] is None
 
 
+def test_a_plan_committed_before_the_change_that_ran_only_after_it_has_no_error():
+    # v1 from step 6; v2 committed at step 19 (iteration 18), before the change at step 21, and
+    # switched to at step 22: its prediction was for the cluster before, where it never ran.
+    versions = [0] * 5 + [1] * 16 + [2] * 19
+    seconds = [1.0] * 5 + [0.5] * 16 + [1.2] * 19
+    plans = {1: {"predicted_seconds": 0.5}, 2: {"predicted_seconds": 0.45}}
+    events = [{"kind": "commit", "version": 1, "iteration": 4}, {"kind": "commit", "version": 2, "iteration": 18}]
+    rows = {row["plan_version"]: row for row in committed_plans(_run(versions, seconds), 21, plans, events)}
+    assert rows[2]["cluster"] == "before" and rows[2]["steps"] == 0
+    assert rows[2]["measured_iteration_seconds"] is None and rows[2]["prediction_error"] is None
+    assert rows[1]["cluster"] == "before" and rows[1]["prediction_error"] == pytest.approx(0.0)
+    # Committed after the change (iteration 22, step 23): judged after it, as before.
+    late = [events[0], {"kind": "commit", "version": 2, "iteration": 22}]
+    rows = {row["plan_version"]: row for row in committed_plans(_run(versions, seconds), 21, plans, late)}
+    assert rows[2]["cluster"] == "after" and rows[2]["measured_iteration_seconds"] == 1.2
+
+
 def test_the_peer_is_the_median_of_its_turns_after_warm_up_with_their_drops_and_the_bound_of_its_state():
     # Turn 1 (steps 1-10, after the job's step 10): 5 warm-up steps; turn 2 (11-20, after step 20): 2.
     seconds = [2.0] * WARMUP + [0.3, 0.4, 0.5, 0.6, 0.7] + [2.0] * TURN_WARMUP + [0.45] * 8 + [0.9] * 10
