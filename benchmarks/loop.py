@@ -95,8 +95,9 @@ QUICK = {"steps": 130, "peer_steps": 8, "h2h_steps": 12, "h2h_rounds": 1, "demo_
 
 
 #: What each run keeps of its work folder (``--out/runs/JOB-FABRIC-RUN/``): the demo's JSON, the
-#: service's store, its log, the demo's and the head-to-head's logs, and the folder of search records (each search's
-#: trace windows and outcome: ``benchmarks/replay.py`` searches them again). The ranks' log stays.
+#: service's store, its log, the logs of the demo, the plan-alone runs and the head-to-head, and the
+#: folder of search records (each search's trace windows and outcome: ``benchmarks/replay.py``
+#: searches them again). The ranks' log stays.
 KEPT = ("demo.json", "service.db", "service.log", "demo.log", "alone.log", "h2h.log", "searches")
 
 
