@@ -136,6 +136,7 @@ def figures(report: dict, h2h: dict, run: int, alone: dict | None = None) -> dic
     """One run's row of the summary (module docstring)."""
     phases = {phase["name"]: phase for phase in report["phases"]}
     peer = report["peer"]
+    alone = alone or {}
     before = [plan for plan in report["plans"] if plan["cluster"] == "before" and plan["measured_iteration_seconds"]]
     best = min(before, key=lambda plan: plan["measured_iteration_seconds"], default=None)
     passthrough, first = phases["passthrough"], phases["first-plan"]
@@ -175,12 +176,13 @@ def figures(report: dict, h2h: dict, run: int, alone: dict | None = None) -> dic
             "replanned_speedup_over_peer": report["replan"]["speedup_over_peer"],
             "ratio_to_offline_best": report["replan"]["ratio_to_offline_best"],
             "measured_ratio_to_offline_best": h2h.get("ratio"),
-            "first_plan_alone_seconds": (alone or {}).get("first_plan_seconds"),
-            "peer_alone_seconds": (alone or {}).get("peer_seconds"),
-            "passthrough_alone_seconds": (alone or {}).get("passthrough_seconds"),
-            "first_plan_alone_speedup_over_peer": (alone or {}).get("speedup_over_peer"),
-            "first_plan_alone_ratio_to_bound": (alone or {}).get("ratio_to_bound"),
-            "first_plan_loop_over_alone": (alone or {}).get("loop_over_alone"),
+            "first_plan_alone_seconds": alone.get("first_plan_seconds"),
+            "peer_alone_seconds": alone.get("peer_seconds"),
+            "passthrough_alone_seconds": alone.get("passthrough_seconds"),
+            "first_plan_alone_speedup_over_peer": alone.get("speedup_over_peer"),
+            "first_plan_alone_speedup_over_passthrough": alone.get("speedup_over_passthrough"),
+            "first_plan_alone_ratio_to_bound": alone.get("ratio_to_bound"),
+            "first_plan_loop_over_alone": alone.get("loop_over_alone"),
             "seconds_to_first_commit": report["first_plan"]["seconds_to_commit"],
             "nic_drops_per_iteration": _per_phase(phases, peer, "nic_drops_per_iteration"),
             "host_cores": _per_phase(phases, peer, "host_cores")}
@@ -272,7 +274,7 @@ def summary(rows: list[dict]) -> list[str]:
         lines.append(f"  {row['job']} {row['fabric']} run {row['run']}: " + (
             "not measured" if alone is None else
             f"{fmt(alone)} s, {times(row['first_plan_alone_speedup_over_peer'])} over the peer's "
-            f"{fmt(row['peer_alone_seconds'])} s, {times(_over(row['passthrough_alone_seconds'], alone))} over "
+            f"{fmt(row['peer_alone_seconds'])} s, {times(row['first_plan_alone_speedup_over_passthrough'])} over "
             f"passthrough's {fmt(row['passthrough_alone_seconds'])} s, {times(row['first_plan_alone_ratio_to_bound'])} "
             f"the bound; in the loop {times(row['first_plan_loop_over_alone'])}"))
     lines.append("predictions (predicted over measured, minus 1):")

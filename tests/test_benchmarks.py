@@ -278,7 +278,7 @@ def test_loop_benchmark_shows_the_first_plan_alone_beside_the_loops_measurement(
     from benchmarks import loop as loop_bench
 
     alone = {"first_plan_seconds": 0.2, "peer_seconds": 0.26, "passthrough_seconds": 0.34,
-             "speedup_over_peer": 1.3, "ratio_to_bound": 1.25, "loop_over_alone": 1.2}
+             "speedup_over_peer": 1.3, "speedup_over_passthrough": 1.7, "ratio_to_bound": 1.25, "loop_over_alone": 1.2}
     row = loop_bench.figures(_loop_report(0.26, 0.24, 0.22, (0.0, 0.0, 0.0), 14), {}, 1, alone)
     assert (row["first_plan_alone_seconds"], row["peer_alone_seconds"], row["first_plan_loop_over_alone"]) == (
         0.2, 0.26, 1.2)
