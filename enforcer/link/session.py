@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from enforcer.link.identity import RankIdentity
 from enforcer.link.prepare import PreparedPlans
@@ -42,7 +42,14 @@ from optimizer_service.control.wire import ack_to_proto, from_service_message, v
 from optimizer_service.plan import PlanError
 from p2.v1 import enforcer_link_pb2 as link_pb2
 
+if TYPE_CHECKING:
+    from enforcer.link.switching import InFlight
+
 log = logging.getLogger("enforcer")
+
+#: The longest a closing link waits for the switch check's MIN under way: the other
+#: ranks entered it with this one, so it finishes in round trips unless a peer is gone.
+SETTLE_SECONDS = 10.0
 
 
 class Outbox(Protocol):
@@ -67,6 +74,7 @@ class Session:
         self.outbox = outbox
         self.state = Participant.new(identity.job, identity.rank, identity.world_size)
         self._lock = threading.Lock()                    # the participant state
+        self.in_flight: InFlight | None = None           # the switch check's MIN under way (training thread's)
 
     @property
     def switch_every(self) -> int:
@@ -84,7 +92,11 @@ class Session:
             return self.state.running, self.state.held()
 
     def close(self) -> None:
-        """Free every plan not running (the link is closing)."""
+        """Let the switch check's MIN under way finish (every rank entered it; bounded by
+        :data:`SETTLE_SECONDS`), then free every plan not running (the link is closing)."""
+        pending, self.in_flight = self.in_flight, None
+        if pending is not None:
+            pending.settle(SETTLE_SECONDS)
         self.plans.close()
 
     # ------------------------------------------------------------- messages

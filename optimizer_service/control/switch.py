@@ -12,6 +12,11 @@ So the switch is agreed among the ranks themselves, on the inner backend:
 * every rank applies the result with :func:`agree`: all switch to the common
   version, or none does.
 
+The enforcer pipelines the MIN (:mod:`enforcer.link.switching`): the one that
+decides boundary ``b`` is started at the check before, with every rank's
+:func:`proposal` for ``b``, and applied at ``b``; the functions here are the same
+either way (PROTOCOL.md §3 says why that is as safe).
+
 Why every rank holds the common version built (so :func:`agree` never raises)
 is argued in PROTOCOL.md §4.1; :class:`SwitchError` is what a broken
 protocol would look like, and the job must stop rather than run mixed plans.

@@ -47,9 +47,11 @@ def plan(version: int, world_size: int) -> Plan:
 
 class Sim:
     def __init__(self, ranks: int = 3, every: int = 2, *, informed_check_only: bool = False,
-                 check_send_order: bool = True) -> None:
+                 check_send_order: bool = True, pipelined: bool = True) -> None:
         self.n, self.every = ranks, every
         self.informed_check_only = informed_check_only    # the broken variant: only ranks that heard a commit check
+        self.pipelined = pipelined                        # the MIN for b started at the check before b (the enforcer's)
+        self.in_flight: int | None = None                 # the pipelined MIN's result, for the next check
         self.check_send_order = check_send_order
         self.log: list[dict] = []
         self.plans: dict[int, Plan] = {}                  # the driver's store of plan bodies
@@ -182,10 +184,12 @@ class Sim:
         for rank in range(self.n):
             self.drop_stream(rank)
         self.parts = [pa.Participant.new(JOB, r, self.n) for r in range(self.n)]
-        self.net, self.builds, self.iteration = [], [], 0
+        self.net, self.builds, self.iteration, self.in_flight = [], [], 0, None
 
     def advance(self) -> None:
-        """All ranks finish an iteration in lockstep; at a check boundary they run the MIN and agree."""
+        """All ranks finish an iteration in lockstep; at a check boundary they agree on the MIN started at
+        the check before (``pipelined``, as the enforcer does) and start the next one, or run the MIN
+        and agree at once."""
         self.iteration += 1
         boundary = self.iteration
         for rank in range(self.n):
@@ -198,7 +202,14 @@ class Sim:
             if informed and len(informed) < self.n:
                 raise Violation(f"ranks {informed} entered the check collective at iteration {boundary}, the others "
                                 f"went on training: collective mismatch, the job deadlocks")
-        common = min(proposal(p, boundary) for p in self.parts)
+        if not self.pipelined:
+            self.agree_all(boundary, min(proposal(p, boundary) for p in self.parts))
+            return
+        if self.in_flight is not None:
+            self.agree_all(boundary, self.in_flight)
+        self.in_flight = min(proposal(p, boundary + self.every) for p in self.parts)
+
+    def agree_all(self, boundary: int, common: int) -> None:
         for rank in range(self.n):
             try:
                 self.parts[rank], actions = agree(self.parts[rank], boundary, common)
@@ -259,7 +270,7 @@ class Sim:
             if quiet >= 3:
                 break
         due = max([e.switch_iteration for p in self.parts for e in p.prepared.values()], default=0)
-        for _ in range(max(due - self.iteration, 0) + 2 * self.every + 1):
+        for _ in range(max(due - self.iteration, 0) + 3 * self.every + 1):
             self.advance()
             self.check()
         newest = self.newest_committed()

@@ -199,6 +199,13 @@ def test_random_exploration_keeps_every_invariant_and_converges(profile, seeds):
     assert committed > seeds // 3 and switched > seeds // 3
 
 
+def test_the_check_run_and_awaited_at_one_boundary_keeps_every_invariant_too():
+    """The unpipelined check (PROTOCOL.md §3 before the MIN was started a check early) is safe as well."""
+    for seed in range(200):
+        found, _ = explore(seed, pipelined=False)
+        assert found is None, f"seed {seed}: {found}"
+
+
 # ------------------------------------------------------------------ broken variants must be caught
 def _persist_after_send(monkeypatch):
     decide = co._decide
