@@ -36,6 +36,9 @@ averaged away):
 * time from the first search's request to the committed plan, and the NICs'
   drops per iteration in each phase and peer segment (on the lossy fabric,
   what a plan gains by avoiding drops);
+* the steps and peer turns that ran beside one of the service's searches on
+  the ranks' own cores, which every median above leaves out
+  (:mod:`optimizer_service.cli.demo_searching`), and the medians with them;
 * how busy the host's cores were in each phase and peer segment, and how much
   of that was the kernel's interrupts (the emulated NICs' packets): a phase
   whose cores were all but fully busy is bound by the two cores the emulator
@@ -183,6 +186,10 @@ def figures(report: dict, h2h: dict, run: int, alone: dict | None = None) -> dic
             "first_plan_alone_speedup_over_passthrough": alone.get("speedup_over_passthrough"),
             "first_plan_alone_ratio_to_bound": alone.get("ratio_to_bound"),
             "first_plan_loop_over_alone": alone.get("loop_over_alone"),
+            "first_plan_search_steps": first.get("search_steps"),
+            "first_plan_with_searches_seconds": first.get("with_searches_iteration_seconds"),
+            "peer_search_turns": (peer["before"] or {}).get("search_turns"),
+            "peer_with_searches_seconds": (peer["before"] or {}).get("with_searches_iteration_seconds"),
             "seconds_to_first_commit": report["first_plan"]["seconds_to_commit"],
             "nic_drops_per_iteration": _per_phase(phases, peer, "nic_drops_per_iteration"),
             "host_cores": _per_phase(phases, peer, "host_cores")}
@@ -277,6 +284,14 @@ def summary(rows: list[dict]) -> list[str]:
             f"{fmt(row['peer_alone_seconds'])} s, {times(row['first_plan_alone_speedup_over_passthrough'])} over "
             f"passthrough's {fmt(row['passthrough_alone_seconds'])} s, {times(row['first_plan_alone_ratio_to_bound'])} "
             f"the bound; in the loop {times(row['first_plan_loop_over_alone'])}"))
+    lines.append("beside the service's searches on the ranks' own cores (left out of the medians above, "
+                 "p2 demo's with_searches_iteration_seconds): the first plan's steps, the peer's turns before the change:")
+    for row in rows:
+        lines.append(f"  {row['job']} {row['fabric']} run {row['run']}: first plan "
+                     f"{fmt(row.get('first_plan_search_steps'), 'd')} steps (with them "
+                     f"{fmt(row.get('first_plan_with_searches_seconds'))} s), the peer "
+                     f"{fmt(row.get('peer_search_turns'), 'd')} turns (with them "
+                     f"{fmt(row.get('peer_with_searches_seconds'))} s)")
     lines.append("predictions (predicted over measured, minus 1):")
     for row in rows:
         plans = ", ".join(f"v{plan['plan_version']} " + ("not run on the state it was predicted for"

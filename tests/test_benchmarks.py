@@ -291,6 +291,20 @@ def test_loop_benchmark_shows_the_first_plan_alone_beside_the_loops_measurement(
     assert "  dlrm lossless run 2: not measured" in loop_bench.summary([{**unmeasured, "goals": {}}])
 
 
+def test_loop_benchmark_shows_what_the_steps_beside_the_services_searches_were_left_out_of():
+    from benchmarks import loop as loop_bench
+
+    report = _loop_report(0.26, 0.18, 0.22, (0.0, 0.0, 0.0), 14)
+    report["phases"][1].update(search_steps=9, with_searches_iteration_seconds=0.19)
+    report["peer"]["before"].update(search_turns=1, with_searches_iteration_seconds=0.27)
+    row = loop_bench.figures(report, {}, 1)
+    assert (row["first_plan_search_steps"], row["first_plan_with_searches_seconds"]) == (9, 0.19)
+    assert (row["peer_search_turns"], row["peer_with_searches_seconds"]) == (1, 0.27)
+    assert row["speedup_over_peer"] == pytest.approx(0.26 / 0.18)       # the medians without them
+    assert ("  dlrm lossless run 1: first plan 9 steps (with them 0.190 s), the peer 1 turns (with them 0.270 s)"
+            in loop_bench.summary([{**row, "goals": {}}]))
+
+
 @pytest.mark.netns
 @pytest.mark.multiproc
 @pytest.mark.slow

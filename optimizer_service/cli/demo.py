@@ -30,6 +30,7 @@ from optimizer_service.cli.demo_report import (
     table,
 )
 from optimizer_service.cli.demo_run import JOBS, POLICY, DemoConfig, DemoRun
+from optimizer_service.cli.demo_searching import searched_steps, searches_line
 from optimizer_service.cli.params import write_json
 from optimizer_service.errors import InvalidInputError
 from optimizer_service.settings import Settings
@@ -153,7 +154,7 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
         "phases": rows,
         "peer": peer_rows,
         "plans": committed_plans(result["rank0"], result["change_step"], result["plans"], result["events"],
-                                 result["turn_warmup"]),
+                                 result["turn_warmup"], searched_steps(result["cores"])),
         "turn_warmup": result["turn_warmup"],
         "speedup": over_passthrough,
         "speedup_over_peer": over_peer,
@@ -174,6 +175,9 @@ def demo(settings: Settings, nodes: int, per_node: int, nic: float, nic2: float,
     }
     click.echo("")
     click.echo(table(rows, peer_rows))
+    beside_searches = searches_line(rows, peer_rows)
+    if beside_searches:
+        click.echo(beside_searches)
     if over_passthrough is not None:
         click.echo(f"speed-up of the service's first plan over passthrough (one NIC): {over_passthrough:.2f}x" +
                    (f"; over the peer (gloo over every NIC): {over_peer:.2f}x" if over_peer is not None else ""))

@@ -25,7 +25,10 @@ and the kernel's interrupts —, ``kernel`` of that, ``niced`` — the service's
 search worker —, ``idle``; None without samples): an iteration whose cores
 were all but fully busy is bound by them, whatever the plan.
 
-Each phase's measured iteration time is the median of its steps. Its
+Each phase's measured iteration time is the median of its steps, less those
+that ran beside one of the service's searches on the ranks' own cores
+(:mod:`optimizer_service.cli.demo_searching`: ``search_steps`` of them; the
+median of all its steps is ``with_searches_iteration_seconds``). Its
 ``model_iteration_seconds`` is the live search's model time for that plan (for
 passthrough: the first search's model time of the traced job with nothing
 planned, its ``running_seconds``); its ``predicted_iteration_seconds`` is what
@@ -56,7 +59,8 @@ gloo over every NIC, in turns with the service's job. ``peer.before`` and
 their steps after each turn's warm-up (:data:`TURN_WARMUP`; :data:`WARMUP` in
 the first turn), the drops per iteration and the cores' shares over those
 steps, ``turns``, and ``turn_seconds`` (per turn: the job's step it followed
-and the turn's median). Each phase's ``peer_iteration_seconds`` is the median
+and the turn's median); turns beside a search are left out of its medians as the
+job's steps are (``search_turns``, ``with_searches_iteration_seconds``). Each phase's ``peer_iteration_seconds`` is the median
 of the peer's turns *beside* it (on its cluster state, run within one of the
 job's turns of the phase's steps: ``every``): ``speedup_over_peer`` is the first
 plan's, ``replan.speedup_over_peer`` the replanned plan's — each plan against
@@ -85,6 +89,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from deploy.emulated import cores
+from optimizer_service.cli.demo_searching import quiet, quiet_turns, searched_steps, searched_turn
 from optimizer_service.errors import InvalidInputError
 
 WARMUP = 5
@@ -193,14 +198,18 @@ def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]
     version = {"passthrough": 0, "first-plan": first, "changed": at_change, "replanned": replanned}
     # Before the change the first plan's bound, after it the replanned plan's (module docstring).
     bound = {name: _bound(plans, first if name in ("passthrough", "first-plan") else replanned) for name in PHASES}
+    searched = searched_steps(core_times)
     rows = []
     for name in PHASES:
         picked = chosen[name]
         plan = version[name]
-        measured = statistics.median(seconds[s - 1] for s in picked) if picked else None
-        rows.append({"name": name, "plan_version": plan, "steps": len(picked),
+        kept = quiet(picked, searched)
+        measured = statistics.median(seconds[s - 1] for s in kept) if kept else None
+        rows.append({"name": name, "plan_version": plan, "steps": len(kept),
                      "first_step": picked[0] if picked else None, "last_step": picked[-1] if picked else None,
-                     "measured_iteration_seconds": measured,
+                     "measured_iteration_seconds": measured, "search_steps": len(picked) - len(kept),
+                     "with_searches_iteration_seconds": (statistics.median(seconds[s - 1] for s in picked)
+                                                         if picked else None),
                      "predicted_iteration_seconds": None if plan is None else _predicted(plans, plan, unplanned),
                      "model_iteration_seconds": unplanned if plan == 0 else model_seconds(events, plan),
                      "bound_iteration_seconds": bound[name], "ratio_to_bound": ratio(measured, bound[name]),
@@ -210,13 +219,14 @@ def phases(rank0: dict, change_step: int | None, plans: dict, events: list[dict]
 
 
 def committed_plans(rank0: dict, change_step: int | None, plans: dict, events: list[dict],
-                    skip: Collection[int] = ()) -> list[dict]:
+                    skip: Collection[int] = (), searched: Collection[int] = ()) -> list[dict]:
     """Every plan version the job ran (module docstring), on the cluster state it was committed for:
     ``cluster`` "before" when the service's commit of it came before the change (else, without a
     commit event, when it first ran before it), measured over its steps before the change; else
     "after", over its steps after the change's first two. A plan committed just before the change
     that ran only after it has no steps on its state: no measurement, no prediction error (its
-    prediction was for a cluster it never ran on). ``skip`` as for :func:`phases`."""
+    prediction was for a cluster it never ran on). ``skip`` as for :func:`phases`; ``searched``: the
+    steps beside a search, left out as the phases leave them (:mod:`~optimizer_service.cli.demo_searching`)."""
     seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
     change = change_step if change_step is not None else len(seconds) + 1
     unplanned = _unplanned(events)
@@ -227,7 +237,8 @@ def committed_plans(rank0: dict, change_step: int | None, plans: dict, events: l
     for version in sorted(set(versions) - {0}):
         ran = [s for s in range(1, len(seconds) + 1) if versions[s - 1] == version and s not in skipped]
         before = committed.get(version, ran[0]) < change
-        picked = [s for s in ran if (s < change if before else s > change + 1) and _since_switch(versions, s) >= SETTLE]
+        picked = quiet([s for s in ran if (s < change if before else s > change + 1)
+                        and _since_switch(versions, s) >= SETTLE], searched)
         measured = statistics.median(seconds[s - 1] for s in picked) if picked else None
         row = {"plan_version": version, "cluster": "before" if before else "after", "steps": len(picked),
                "measured_iteration_seconds": measured,
@@ -263,13 +274,16 @@ def peer_row(result: dict | None, turns: list[dict], bound: float | None) -> dic
     picked = [s for _, steps in per_turn for s in steps]
     if not picked:
         return None
-    measured = statistics.median(seconds[s - 1] for s in picked)
+    kept = [s for turn in quiet_turns(turns) for s in _measured(turn, len(seconds))] or picked
+    measured = statistics.median(seconds[s - 1] for s in kept)
     drops, spent = _turn_sum(turns, "drops"), _turn_sum(turns, "cores")
     shares = None
     if spent is not None:
         nothing = cores.CoreTimes.from_list([spent[0]] + [0.0] * (len(spent) - 1))
         shares = cores.shares(nothing, cores.CoreTimes.from_list(spent))
-    return {"measured_iteration_seconds": measured, "steps": len(picked), "turns": len(turns),
+    return {"measured_iteration_seconds": measured, "steps": len(kept), "turns": len(turns),
+            "search_turns": sum(map(searched_turn, turns)),
+            "with_searches_iteration_seconds": statistics.median(seconds[s - 1] for s in picked),
             "first_step": picked[0], "last_step": picked[-1], "gloo_socket_ifname": result["ifnames"],
             "turn_seconds": [[step, statistics.median(seconds[s - 1] for s in steps)] for step, steps in per_turn
                              if steps],
@@ -320,7 +334,7 @@ def beside(rows: list[dict], result: dict | None) -> None:
         state = "before" if row["name"] in ("passthrough", "first-plan") else "after"
         near = [turn for turn in turns if turn["cluster"] == state and row["first_step"] is not None
                 and row["first_step"] - every <= turn["job_step"] <= row["last_step"] + every]
-        picked = [s for turn in near for s in _measured(turn, len(seconds))]
+        picked = [s for turn in quiet_turns(near) for s in _measured(turn, len(seconds))]
         peer_seconds = statistics.median(seconds[s - 1] for s in picked) if picked else None
         row["peer_iteration_seconds"] = peer_seconds
         row["peer_turns"] = len(near)
