@@ -20,7 +20,9 @@ than with the check every 1,000 iterations, and as fast as that when the MIN was
 pipelined. The first check of a run only starts a MIN, so the earliest switch is
 at ``2 × P2_SWITCH_EVERY``; a plan a rank holds built only after the check
 before its switch iteration switches one check later (the protocol's "a late
-message delays the switch").
+message delays the switch"), which with the coordinator's margin of 2 iterations
+is the usual case: switches come about ``P2_SWITCH_EVERY`` iterations later than
+with the MIN awaited at once.
 
 The MIN runs on the default group's inner backend directly, not through the
 enforcer: it is not traced as a user op, takes no sequence number and is not
