@@ -28,7 +28,8 @@ from collections.abc import Collection, Sequence
 from deploy.emulated import cores
 
 #: The niced share of the host's cores above which a step ran beside a search. Without a
-#: search the niced share is nil on the demo's host; a search takes 30-50 % of two cores.
+#: search the niced share is nil on the demo's host; a search's worker took about 0.4 of a
+#: core (a fifth of the two) while it ran, in the loop runs of 6 December.
 SEARCH_SHARE = 0.05
 #: The fewest steps a phase's median keeps when steps beside a search are left out.
 MIN_STEPS = 5
