@@ -61,8 +61,9 @@ the first turn), the drops per iteration and the cores' shares over those
 steps, ``turns``, and ``turn_seconds`` (per turn: the job's step it followed
 and the turn's median); turns beside a search are left out of its medians as
 the job's steps are (``search_turns``, ``with_searches_iteration_seconds``).
-Each phase's ``peer_iteration_seconds`` is the median of the peer's turns *beside* it (on its cluster state, run within one of the
-job's turns of the phase's steps: ``every``): ``speedup_over_peer`` is the first
+Each phase's ``peer_iteration_seconds`` is the median of the peer's turns
+*beside* it (on its cluster state, run within one of the job's turns of the
+phase's steps: ``every``): ``speedup_over_peer`` is the first
 plan's, ``replan.speedup_over_peer`` the replanned plan's — each plan against
 the peer measured minutes, not a run, apart (without a turn beside it, the
 peer's row of its cluster state). ``replan.speedup_over_passthrough``:
