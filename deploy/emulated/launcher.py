@@ -26,15 +26,23 @@ signal handling stays simple):
 * SIGINT/SIGTERM sent to the launcher are forwarded to every rank (a second
   one kills them); ``timeout`` stops everything with exit code 124;
 * if the launcher itself is killed, the kernel kills each rank
-  (``PR_SET_PDEATHSIG``); their own children are found later by
+  (``PR_SET_PDEATHSIG``, set by util-linux ``setpriv`` ahead of the namespace
+  steps; it survives the ``exec`` of each); their own children are found later by
   ``p2 cluster down`` through the namespaces and the ``P2_CLUSTER`` marker.
+  No Python runs between ``fork`` and ``exec`` (no ``preexec_fn``): a launcher
+  that also holds gRPC threads (a test, ``p2 demo``) forked its children
+  through Python's slow path before, and one rank in a few hundred died there
+  on gRPC's fork handlers ("epoll_wait error: Bad file descriptor"). Without
+  ``setpriv`` the ranks start without the death signal. A launcher killed
+  between ``fork`` and ``setpriv``'s ``prctl`` leaves its rank to
+  ``p2 cluster down``.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,7 +63,6 @@ DEFAULT_GRACE = 3.0
 DRAIN_SECONDS = 1.0
 MAX_LINE = 1 << 16
 _POLL = 0.05
-_PR_SET_PDEATHSIG = 1
 
 
 def rank_environment(info: ClusterInfo, rank: int, master_port: int, on_host: bool) -> dict[str, str]:
@@ -99,14 +106,10 @@ def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _die_with_parent(parent: int):
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded before fork: nothing to resolve in the child
-
-    def setup() -> None:
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the launcher died before prctl took effect
-            os._exit(1)
-    return setup
+def _dying_with_parent(argv: list[str]) -> list[str]:
+    """``argv`` run with SIGKILL as its parent-death signal (unchanged without ``setpriv``)."""
+    setpriv = shutil.which("setpriv")
+    return list(argv) if setpriv is None else [setpriv, "--pdeathsig", "KILL", "--", *argv]
 
 
 class _Supervisor:
@@ -268,6 +271,8 @@ def run_ranks(info: ClusterInfo, command: Sequence[str], env: Mapping[str, str] 
     if timeout is not None and not timeout > 0:
         raise DeployError(f"--timeout {timeout!r} must be a positive number of seconds")
     extra = dict(env or {})
+    if shutil.which(command[0], path={**os.environ, **extra}.get("PATH")) is None:
+        raise DeployError(f"cannot start {command[0]!r}: no such executable (give its path or put it on PATH)")
     on_host = no_shaping or not info.shaped
     if not on_host:
         require_namespace_privileges("entering the cluster's namespaces",
@@ -290,7 +295,6 @@ def run_ranks(info: ClusterInfo, command: Sequence[str], env: Mapping[str, str] 
         base.setdefault("P2_TOPOLOGY", str(info.topology_path))
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
-    die_with_parent = _die_with_parent(os.getpid())
     ranks: list[_Rank] = []
     supervisor = _Supervisor(ranks, out, err, timeout, grace)
     in_main = threading.current_thread() is threading.main_thread()
@@ -301,11 +305,10 @@ def run_ranks(info: ClusterInfo, command: Sequence[str], env: Mapping[str, str] 
     try:
         for rank in range(info.world_size):
             rank_env = {**base, **rank_environment(info, rank, master_port, on_host), **extra}
-            argv = probe.in_namespace(None if on_host else node_ns[info.node_of(rank)], command)
+            argv = _dying_with_parent(probe.in_namespace(None if on_host else node_ns[info.node_of(rank)], command))
             try:
                 process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT, env=rank_env, start_new_session=True,
-                                           preexec_fn=die_with_parent)
+                                           stderr=subprocess.STDOUT, env=rank_env, start_new_session=True)
             except OSError as exc:
                 supervisor.signal_all(signal.SIGKILL)
                 for started in ranks:

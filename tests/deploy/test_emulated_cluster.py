@@ -304,6 +304,12 @@ def test_crash_of_the_launcher_is_cleaned_up_by_down(make_cluster, state_root):
     finally:
         launcher.kill()
         launcher.stdout.close()
+    # The ranks themselves die with the launcher (their parent-death signal), before down.
+    ranks = pids[0::2]
+    deadline = time.monotonic() + 5
+    while any(alive(pid) for pid in ranks) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in ranks), [pid for pid in ranks if alive(pid)]
     result = cluster.down()
     assert result.returncode == 0, result.stderr
     assert ours(cluster.name) == [] and not (state_root / cluster.name).exists()
@@ -394,6 +400,9 @@ def test_master_port_setting_reaches_every_rank_and_a_bad_one_is_one_line(state_
                          extra_env={"P2_MASTER_PORT": bad})
             assert refused.returncode == 2, refused.stdout + refused.stderr
             assert len(refused.stderr.splitlines()) == 1 and "P2_MASTER_PORT" in refused.stderr
+        missing = p2("cluster", "run", "--name", name, "--", "no-such-program-p2", state_root=state_root)
+        assert missing.returncode == 2, missing.stdout + missing.stderr
+        assert len(missing.stderr.splitlines()) == 1 and "no-such-program-p2" in missing.stderr
     finally:
         p2("cluster", "down", "--name", name, state_root=state_root)
     assert not (state_root / name).exists()
