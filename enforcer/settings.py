@@ -32,6 +32,9 @@ naming the variable (the backend then keeps its defaults and logs it).
                        (default 10; the same on every rank)
 ``P2_PREPARE_TIMEOUT`` seconds a rank waits for its peers to start building a
                        plan (default 30)
+``P2_TELEMETRY_EVERY`` a rank's telemetry goes out this many iterations at a
+                       time, or when the oldest has waited a second (1-32,
+                       default 4; 1: every iteration as it ends)
 =====================  =========================================================
 """
 
@@ -48,6 +51,8 @@ from optimizer_service.wire.leader import parse_addresses
 DEFAULT_TRACE_LIMIT = 200_000
 DEFAULT_SWITCH_EVERY = 10
 DEFAULT_PREPARE_TIMEOUT = 30.0
+DEFAULT_TELEMETRY_EVERY = 4
+MAX_TELEMETRY_EVERY = 32          # half the rank's telemetry queue (enforcer.link.stream)
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class EnforcerSettings:
     switch_every: int = DEFAULT_SWITCH_EVERY
     prepare_timeout: float = DEFAULT_PREPARE_TIMEOUT
     topology: str | None = None
+    telemetry_every: int = DEFAULT_TELEMETRY_EVERY
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> EnforcerSettings:
@@ -95,7 +101,8 @@ class EnforcerSettings:
                    switch_every=_at_least_one("P2_SWITCH_EVERY", env.get("P2_SWITCH_EVERY", "").strip(),
                                               DEFAULT_SWITCH_EVERY, "iterations"),
                    prepare_timeout=_prepare_timeout(env.get("P2_PREPARE_TIMEOUT", "").strip()),
-                   topology=env.get("P2_TOPOLOGY", "").strip() or None)
+                   topology=env.get("P2_TOPOLOGY", "").strip() or None,
+                   telemetry_every=_telemetry_every(env.get("P2_TELEMETRY_EVERY", "").strip()))
 
 
 IMPLS = ("cpp", "python")
@@ -116,6 +123,14 @@ def _channel_backends(text: str) -> tuple[str, ...]:
             raise InvalidInputError(f"P2_CHANNEL_BACKENDS: unknown backend {name!r}; "
                                     f"give one of {', '.join(CHANNEL_BACKENDS)} per channel, e.g. gloo,ucc")
     return names
+
+
+def _telemetry_every(text: str) -> int:
+    every = _at_least_one("P2_TELEMETRY_EVERY", text, DEFAULT_TELEMETRY_EVERY, "iterations")
+    if every > MAX_TELEMETRY_EVERY:
+        raise InvalidInputError(f"P2_TELEMETRY_EVERY={every} must be at most {MAX_TELEMETRY_EVERY} (iterations a rank "
+                                "holds back its telemetry)")
+    return every
 
 
 def _at_least_one(name: str, text: str, default: int, unit: str) -> int:

@@ -7,7 +7,8 @@ default group's :class:`Link` (:func:`start`). Over one stream
 * registers first, on every (re)connect, with what it runs (:mod:`.identity`),
   which versions it holds committed and built, and its iteration;
 * takes part in the two-phase commit (:mod:`.session`);
-* sends one Telemetry message per iteration (:meth:`Link.iteration_done`, :mod:`.telemetry`);
+* sends one Telemetry message per iteration, ``P2_TELEMETRY_EVERY`` iterations at a time
+  (:meth:`Link.iteration_done`, :mod:`.telemetry`, :mod:`.stream`);
 * answers the service's trace requests (:mod:`.traces`).
 
 **The training never waits for the service**: at a boundary the training

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from enforcer.link.identity import RankIdentity, register_topology, store_address
 from enforcer.link.link import Link
-from enforcer.link.stream import BACKOFF_MAX, TELEMETRY_QUEUE, backoff
+from enforcer.link.stream import BACKOFF_MAX, TELEMETRY_FLUSH, TELEMETRY_QUEUE, backoff
 from enforcer.link.traces import trace_chunks
 from enforcer.settings import EnforcerSettings
 from enforcer.trace import Tracer
@@ -222,7 +222,7 @@ def test_telemetry_waits_in_a_bounded_queue_that_drops_the_oldest():
     assert next(requests).WhichOneof("body") == "register"
     first = next(requests).telemetry
     assert first.iteration == 100 - TELEMETRY_QUEUE and first.ops == []
-    link2 = Link(EnforcerSettings(service="127.0.0.1:1"), IDENTITY, Tracer(0, 1), NoPlans())
+    link2 = Link(EnforcerSettings(service="127.0.0.1:1", telemetry_every=1), IDENTITY, Tracer(0, 1), NoPlans())
     link2.tracer.complete(link2.tracer.issue("broadcast", "float32", 8, (0, 1), "0"))
     link2.iteration_done(0)
     requests = link2.stream._requests(link2.stream._generation)
@@ -253,7 +253,7 @@ def test_motif_timings_go_with_their_iteration_and_sum_into_their_op_wait():
     tracer.motif(tracer.issue("all_reduce", "float32", 64, (0, 1), "0"), 0, 0, 9.0, tracer.now(), 0.01)
     assert [m.order for m in tracer.iteration_motifs(0, 10)[0]] == [0, 1, 2]
     assert [m.order for m in tracer.iteration_motifs(0, 2)[0]] == [0, 1] and tracer.iteration_motifs(0, 2)[1] == 1
-    link = Link(EnforcerSettings(service="127.0.0.1:1"), IDENTITY, tracer, NoPlans())     # never started
+    link = Link(EnforcerSettings(service="127.0.0.1:1", telemetry_every=1), IDENTITY, tracer, NoPlans())     # never started
     link.iteration_done(0)
     requests = link.stream._requests(link.stream._generation)
     next(requests)
@@ -262,6 +262,41 @@ def test_motif_timings_go_with_their_iteration_and_sum_into_their_op_wait():
     assert [op.wait_seconds for op in sent.ops] == pytest.approx([0.75, 0.0])
     assert [op.group_seq for op in sent.ops] == [0, 1]
     assert sent.dropped_motifs == 0 and tracer.to_dict()["motifs"][0]["waited"] == 0.25
+
+
+def _sent_within(requests, seconds: float) -> list:
+    """The messages ``requests`` yields within ``seconds`` (read on a thread: a generator that waits blocks)."""
+    sent: list = []
+    reader = threading.Thread(target=lambda: [sent.append(message) for message in requests], daemon=True)
+    reader.start()
+    reader.join(seconds)
+    return sent
+
+
+def test_telemetry_goes_out_every_few_iterations_or_once_the_oldest_has_waited():
+    """With ``telemetry_every=3`` two iterations wait; the third sends all three, in order; a
+    lone iteration goes out after TELEMETRY_FLUSH; a control message goes at once."""
+    tracer = Tracer(0, 1)
+    link = Link(EnforcerSettings(service="127.0.0.1:1", telemetry_every=3), IDENTITY, tracer, NoPlans())
+    stream = link.stream
+    requests = stream._requests(stream._generation)
+    assert next(requests).WhichOneof("body") == "register"
+    for iteration in range(2):
+        link.iteration_done(iteration)
+        tracer.step()
+    sent = _sent_within(requests, 0.3)
+    assert sent == [], "two of three iterations are held back"
+    link.iteration_done(2)
+    wait_for(lambda: len(sent) == 3, 5)
+    assert [message.telemetry.iteration for message in sent] == [0, 1, 2]
+    started = time.monotonic()
+    link.iteration_done(3)
+    wait_for(lambda: len(sent) == 4, 5)
+    waited = time.monotonic() - started
+    assert TELEMETRY_FLUSH * 0.9 <= waited and sent[3].telemetry.iteration == 3
+    stream.send(link_pb2.RankMessage(), "a control message")
+    wait_for(lambda: len(sent) == 5, 0.5)
+    stream.close()
 
 
 def test_p2_topology_goes_as_a_documents_text_or_a_presets_name(tmp_path, caplog):

@@ -34,10 +34,10 @@ def test_the_service_variables_are_read():
     settings = EnforcerSettings.from_env({
         "P2_SERVICE": "svc:50051", "P2_TOKEN": " t0k ", "P2_TOKEN_FILE": "/run/token", "P2_TLS_CA": "ca.pem",
         "P2_TLS_CERT": "rank.pem", "P2_TLS_KEY": "rank.key", "P2_JOB": "job-7", "P2_SWITCH_EVERY": "25",
-        "P2_PREPARE_TIMEOUT": "2.5"})
+        "P2_PREPARE_TIMEOUT": "2.5", "P2_TELEMETRY_EVERY": "1"})
     assert settings == EnforcerSettings(service="svc:50051", token="t0k", token_file="/run/token", tls_ca="ca.pem",
                                         tls_cert="rank.pem", tls_key="rank.key", job="job-7", switch_every=25,
-                                        prepare_timeout=2.5)
+                                        prepare_timeout=2.5, telemetry_every=1)
     assert "t0k" not in repr(settings)             # the token never reaches a log line
 
 
@@ -45,11 +45,14 @@ def test_without_a_service_nothing_is_linked():
     settings = EnforcerSettings.from_env({"P2_SWITCH_EVERY": "3"})
     assert settings.service is None and settings.switch_every == 3
     assert (EnforcerSettings().switch_every, EnforcerSettings().prepare_timeout) == (10, 30.0)
+    assert EnforcerSettings.from_env({}).telemetry_every == 4
 
 
 @pytest.mark.parametrize("name,value", [("P2_SWITCH_EVERY", "0"), ("P2_SWITCH_EVERY", "often"),
                                         ("P2_PREPARE_TIMEOUT", "-1"), ("P2_PREPARE_TIMEOUT", "nan"),
-                                        ("P2_PREPARE_TIMEOUT", "soon"), ("P2_SERVICE", "no-port")])
+                                        ("P2_PREPARE_TIMEOUT", "soon"), ("P2_SERVICE", "no-port"),
+                                        ("P2_TELEMETRY_EVERY", "0"), ("P2_TELEMETRY_EVERY", "33"),
+                                        ("P2_TELEMETRY_EVERY", "some")])
 def test_a_bad_service_value_is_one_line_naming_the_variable(name, value):
     with pytest.raises(InvalidInputError) as error:
         EnforcerSettings.from_env({name: value})
