@@ -15,10 +15,11 @@ bounded queue that drops the oldest entry when full, so the training thread
 never waits for it. Telemetry goes out ``P2_TELEMETRY_EVERY`` iterations at a
 time (default 4), or once the oldest queued iteration has waited
 :data:`TELEMETRY_FLUSH` seconds (looked at twice a second: a job that pauses or
-ends still reports its last iterations): each send wakes the sender thread and gRPC's on the ranks'
-cores, and waking them once per iteration cost the DDP job about 5 % of its
-iteration time on the emulated cluster (8 ranks on 2 cores; 1 % once per 4
-iterations), where the service heard each iteration up to 3 iterations later.
+ends still reports its last iterations). Each send wakes the sender thread and
+gRPC's on the ranks' cores: attached, the DDP example's plan on the emulated
+cluster (8 ranks on 2 cores) ran about 6 % slower than not attached when every
+iteration was sent at once, about 4 % with every fourth; the service hears an
+iteration up to 3 iterations later.
 
 **A service that is down, slow or refuses the rank costs nothing but a log
 line**: one per outage (not per retry); the stream reconnects with backoff —
