@@ -52,7 +52,7 @@ DEFAULT_TRACE_LIMIT = 200_000
 DEFAULT_SWITCH_EVERY = 10
 DEFAULT_PREPARE_TIMEOUT = 30.0
 DEFAULT_TELEMETRY_EVERY = 4
-MAX_TELEMETRY_EVERY = 32          # half the rank's telemetry queue (enforcer.link.stream)
+MAX_TELEMETRY_EVERY = 32          # the rank's telemetry queue holds twice this (enforcer.link.stream)
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ from typing import Protocol
 import grpc
 
 from enforcer.link.identity import RankIdentity
-from enforcer.settings import EnforcerSettings
+from enforcer.settings import MAX_TELEMETRY_EVERY, EnforcerSettings
 from optimizer_service.wire.channel import RANK_OPTIONS, open_channel
 from optimizer_service.wire.credentials import VARIABLE_NAMES, AuthSetupError, bearer, channel_credentials, read_token
 from optimizer_service.wire.leader import Targets, from_standby, parse_addresses
@@ -64,7 +64,7 @@ log = logging.getLogger("enforcer")
 
 BACKOFF_FIRST = 0.5             # seconds before the first reconnect ...
 BACKOFF_MAX = 30.0              # ... doubling up to this
-TELEMETRY_QUEUE = 64            # iterations of telemetry kept while the stream is slow or down
+TELEMETRY_QUEUE = 2 * MAX_TELEMETRY_EVERY  # iterations of telemetry kept while the stream is slow or down
 TELEMETRY_FLUSH = 1.0           # seconds the oldest queued iteration's telemetry waits for the rest at most
 HISTORY = 256                   # messages in and out the stream remembers
 NEXT_ADDRESS = 0.2              # seconds before trying the next of several addresses, or a named leader

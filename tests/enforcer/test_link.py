@@ -264,12 +264,11 @@ def test_motif_timings_go_with_their_iteration_and_sum_into_their_op_wait():
     assert sent.dropped_motifs == 0 and tracer.to_dict()["motifs"][0]["waited"] == 0.25
 
 
-def _sent_within(requests, seconds: float) -> list:
-    """The messages ``requests`` yields within ``seconds`` (read on a thread: a generator that waits blocks)."""
+def _read_on_a_thread(requests) -> list:
+    """The list a daemon thread appends every message ``requests`` yields to, as it yields it
+    (read on a thread: a generator that waits blocks)."""
     sent: list = []
-    reader = threading.Thread(target=lambda: [sent.append(message) for message in requests], daemon=True)
-    reader.start()
-    reader.join(seconds)
+    threading.Thread(target=lambda: [sent.append(message) for message in requests], daemon=True).start()
     return sent
 
 
@@ -284,7 +283,8 @@ def test_telemetry_goes_out_every_few_iterations_or_once_the_oldest_has_waited()
     for iteration in range(2):
         link.iteration_done(iteration)
         tracer.step()
-    sent = _sent_within(requests, 0.3)
+    sent = _read_on_a_thread(requests)
+    time.sleep(0.3)
     assert sent == [], "two of three iterations are held back"
     link.iteration_done(2)
     wait_for(lambda: len(sent) == 3, 5)
