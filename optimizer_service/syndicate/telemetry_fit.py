@@ -63,6 +63,23 @@ shape far off the others counts less. Guards:
   then priced small channel-0 motifs as free, committing a plan 56-64 % slower
   than it predicted. Such a term keeps its calibrated value, and a fixed cost
   is then shared (below) with the line's other terms fitted again around it;
+* a fixed cost is at most the shortest time per motif that any shape of its
+  line measured (:func:`fixed_cost_ceiling`: every motif pays it), a shared
+  one too; a fit over it is fitted again with the fixed cost there
+  (``capped``). Why: after the second NIC was slowed 4×, a DDP loop window
+  measured channel 1's motifs of 131 KB at 70 ms and of 526 KB at 84 ms (its
+  token bucket lets a motif's first 80 KB cross at line rate while the rest
+  queue) and its latency-bound ones at 2.4 ms; the least squares put 38 ms
+  on every motif and 2.9 times the rate, 16 times what the small motifs
+  measured. Shared, that put 19.7 ms on each motif of channel 0 too (whose
+  one shape had measured under its calibrated transfer), and the model
+  priced the running plan 16 % over the window and the plan it chose 45 %
+  over what it then measured. Capped, the same window fits channel 1 at
+  2.4 ms a motif and 5.6 times the rate, shares 1.9 ms, and prices the
+  running plan 12 % under the window. The other readings of a first window
+  (:data:`RATE_AS_CALIBRATED`, :data:`PER_MOTIF`) are not capped: they are
+  the pessimistic "all of it per motif" the search guards against, not a
+  measurement;
 * a link is never fitted faster than calibrated (``scale >= 1``: the term is
   fitted as its excess over the calibrated rate, which is the rate measured
   by ``p2 calibrate``'s probes on a quiet host or the NIC's shaped rate; a job
@@ -178,25 +195,31 @@ class Line:
     #: measured, count) per shape, the medians of its samples (module docstring, "Pooling")
     shapes: tuple[Shape, ...] = ()
     round_shared: bool = False
+    #: the fixed cost is the line's ceiling (:func:`fixed_cost_ceiling`), the fit's was over it
+    capped: bool = False
 
     @property
     def how(self) -> str:
-        parts = (list(self.fitted) + (["motif_seconds shared"] if self.shared else [])
-                 + (["latency shared"] if self.round_shared else []))
+        parts = ([t for t in self.fitted if not (self.capped and t == "motif_seconds")]
+                 + (["motif_seconds shared"] if self.shared else [])
+                 + (["latency shared"] if self.round_shared else [])
+                 + (["motif_seconds at the fastest motif"] if self.capped else []))
         text = ", ".join(parts) if parts else "calibrated"
         return f"{text} (an earlier window)" if self.earlier else text
 
     def to_dict(self) -> dict:
         return {"motif_seconds": self.motif_seconds, "latency_scale": self.latency_scale, "scale": self.scale,
                 "samples": self.samples, "fitted": list(self.fitted), "shared": self.shared, "earlier": self.earlier,
-                "round_shared": self.round_shared, "how": self.how, "shapes": [list(shape) for shape in self.shapes]}
+                "round_shared": self.round_shared, "capped": self.capped, "how": self.how,
+                "shapes": [list(shape) for shape in self.shapes]}
 
     @classmethod
     def from_dict(cls, data: Mapping) -> Line:
         fitted = tuple(str(t) for t in data.get("fitted", ()) if t in TERMS)
         return cls(float(data["motif_seconds"]), float(data["latency_scale"]), float(data["scale"]),
                    int(data.get("samples", 0)), fitted, bool(data.get("shared", False)), bool(data.get("earlier")),
-                   _read_shapes(data.get("shapes")), bool(data.get("round_shared", False)))
+                   _read_shapes(data.get("shapes")), bool(data.get("round_shared", False)),
+                   bool(data.get("capped", False)))
 
 
 @dataclass(frozen=True)
@@ -302,13 +325,15 @@ def host_links(topology: Topology) -> tuple:
 
 # ----------------------------------------------------------------------- the fit
 def fit_line(samples: Sequence[Sample], calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS,
-             fixed: Mapping[str, float] | None = None, earlier: Sequence[Shape] = ()) -> Line:
+             fixed: Mapping[str, float] | None = None, earlier: Sequence[Shape] = (), capped: bool = True) -> Line:
     """The robust fit of one channel's (or the host's) samples, pooled with the
     ``earlier`` shapes of its cluster state (module docstring); ``fixed`` gives
     terms their values instead of fitting them. A fixed cost or latency the
     non-negative fit puts at 0 is its constraint, not a measurement: the line is
     fitted again with that term at its calibrated value and the term is not
-    counted as fitted (:func:`fit_samples` then shares the fixed cost)."""
+    counted as fitted (:func:`fit_samples` then shares the fixed cost). ``capped``: the
+    fixed cost is at most :func:`fixed_cost_ceiling` of the shapes (the fit proper; a
+    reading that gives terms their calibrated values is not capped)."""
     usable = [s for s in samples if s.motifs > 0 and s.latency + s.transfer > 0 and s.measured >= 0]
     own = _shapes(usable)
     pooled = own + list(earlier)
@@ -333,12 +358,23 @@ def fit_line(samples: Sequence[Sample], calibrated_motif_seconds: float = DEFAUL
     coef = dict(zip(fitted, _robust_nonnegative(rows[:, free], measured - known, counts)))
     at_zero = {t: defaults[t] for t in ("motif_seconds", "latency") if t in coef and coef[t] <= 0}
     if at_zero:
-        line = fit_line(samples, calibrated_motif_seconds, {**(fixed or {}), **at_zero}, earlier)
+        line = fit_line(samples, calibrated_motif_seconds, {**(fixed or {}), **at_zero}, earlier, capped)
         return replace(line, fitted=tuple(t for t in line.fitted if t not in at_zero))
+    ceiling = fixed_cost_ceiling(pooled) if capped else math.inf
+    if coef.get("motif_seconds", 0.0) > ceiling:        # over what a motif of the line measured: at the ceiling
+        line = fit_line(samples, calibrated_motif_seconds, {**(fixed or {}), "motif_seconds": ceiling}, earlier)
+        return replace(line, fitted=tuple(t for t in TERMS if t in line.fitted or t == "motif_seconds"),
+                       capped=True)
     values = {**defaults, **coef, "rate": 1.0 + coef.get("rate", 0.0)}
     return Line(_clamp(values["motif_seconds"], 0.0, MAX_MOTIF_SECONDS),
                 _clamp(values["latency"], 0.0, MAX_LATENCY_SCALE), _clamp(values["rate"], 1.0, MAX_SCALE),
                 len(usable), tuple(t for t in TERMS if t in fitted), shapes=kept)
+
+
+def fixed_cost_ceiling(shapes: Sequence[Shape]) -> float:
+    """The most a line's fixed cost per motif can be: every motif pays it, so no more than
+    the shortest time per motif that any of its shapes measured (infinite without shapes)."""
+    return min((shape[3] / shape[0] for shape in shapes), default=math.inf)
 
 
 def _shapes(samples: Sequence[Sample]) -> list[Shape]:
@@ -438,7 +474,7 @@ def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
 
     def pooled(own: Sequence[Sample], earlier: Line | None, fixed: Mapping[str, float] | None = None) -> Line:
         return fit_line(own, calibrated_motif_seconds, {**(given or {}), **(fixed or {})} or None,
-                        earlier.shapes if earlier is not None else ())
+                        earlier.shapes if earlier is not None else (), capped=not given)
 
     def fit(own: Sequence[Sample], earlier: Line | None) -> Line:
         line = pooled(own, earlier)
@@ -461,12 +497,14 @@ def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
         def share(line: Line, own: Sequence[Sample], earlier: Line | None) -> Line:
             if "motif_seconds" in line.fitted:
                 return line
+            # never over what a motif of the line measured (a reading's lines are not capped: module docstring)
+            value = shared if given else min(shared, fixed_cost_ceiling(line.shapes))
             if line.fitted:     # its other terms measured: fitted again around the shared fixed cost
-                refit = pooled(own, earlier, {"motif_seconds": shared})
+                refit = pooled(own, earlier, {"motif_seconds": value})
                 if refit.fitted:
                     return replace(refit, fitted=tuple(t for t in refit.fitted if t != "motif_seconds"),
                                    shared=True, earlier=line.earlier)
-            return replace(line, motif_seconds=shared, shared=True)
+            return replace(line, motif_seconds=value, shared=True)
 
         lines = {c: share(line, own[c], before.get(c)) for c, line in lines.items()}
         host = share(host, host_own, before_host)

@@ -272,6 +272,42 @@ def test_a_fixed_cost_the_fit_puts_at_zero_is_not_a_measurement_and_takes_the_sh
     assert line.scale < alone.scale - 0.01
 
 
+def slowed_nic_window(rng: random.Random) -> tuple[list[Sample], list[Sample]]:
+    """What a DDP loop window measured after the second NIC was slowed 4x (the shapes of its search
+    record, 7 iterations): channel 1's motifs of 131 KB at 70 ms and of 526 KB at 84 ms (a token
+    bucket lets a motif's first 80 KB through at line rate, the rest queue behind the others'), its
+    latency-bound ones at 2.4 ms; channel 0's one shape (1 MB) under its calibrated transfer."""
+    def jitter(x: float) -> float:
+        return x * rng.uniform(0.98, 1.02)
+    slowed, fast = [], []
+    for _ in range(8):
+        slowed += [Sample(1, 1, 2e-4, 0.00526, jitter(0.06975)) for _ in range(4)]
+        slowed += [Sample(1, 1, 7e-4, 1e-7, jitter(0.00242)) for _ in range(2)]
+        slowed += [Sample(1, 1, 2e-4, 0.02105, jitter(0.08405))]
+        fast += [Sample(0, 1, 2e-4, 0.04202, jitter(0.03552)) for _ in range(4)]
+    return slowed, fast
+
+
+def test_no_fixed_cost_is_over_what_a_motif_of_its_line_measured():
+    slowed, fast = slowed_nic_window(random.Random(5))
+    fit = fit_samples(slowed + fast, TOPOLOGY.channels)
+    line, other = fit.channels[1], fit.channels[0]
+    # the least squares alone put about 38 ms on every motif, 16 times what the small motifs measured (the
+    # median of their shape, 2.4 ms): the fixed cost is that median
+    small = statistics.median(s.measured for s in slowed if s.transfer < 1e-6)
+    assert line.capped and line.motif_seconds == pytest.approx(small)
+    assert "motif_seconds at the fastest motif" in line.how and line.fitted == ("rate", "motif_seconds")
+    # the small motifs are priced at what they measured and their calibrated round (3.1 ms, not 38.7), and the
+    # rate takes what the fixed cost could not of the large ones
+    assert price(line, 1, 7e-4, 1e-7) == pytest.approx(0.00242 + 7e-4, rel=0.05)
+    assert line.scale > 4.0
+    # channel 0 shares a fixed cost no larger than channel 1's (and its own shape's time)
+    assert other.shared and other.motif_seconds <= line.motif_seconds
+    # the cap survives the round trip through the service's store
+    again = TelemetryFit.from_dict(fit.to_dict(TOPOLOGY)).channels[1]
+    assert again.capped and again.motif_seconds == line.motif_seconds
+
+
 def passthrough_and_segments(rng: random.Random) -> tuple[list[Sample], list[Sample]]:
     """What the FSDP2 loop measured on channel 0 (7 iterations; a ring's 7 rounds at 0.1 ms each):
     passthrough's whole ops (tiny ones at 1.5 ms, 1 MB all-gathers and 2 MB reduce-scatters at
@@ -305,7 +341,9 @@ def test_the_next_window_pools_what_a_rolled_back_plan_measured_in_its_cluster_s
     assert price(pooled.channels[0], 1, 7e-4, 0.0044) == pytest.approx(0.016, rel=0.1)
     assert price(pooled.channels[1], 1, 7e-4, 0.0044) == pytest.approx(0.017, rel=0.1)
     assert price(pooled.channels[0], 1, 7e-4, 0.035) == pytest.approx(0.067, rel=0.05)
-    assert pooled.channels[0].motif_seconds > 4 * alone.channels[0].motif_seconds
+    # no fixed cost over the 1.5 ms a tiny op measured whole: the segments' excess goes to their rounds
+    assert pooled.channels[0].capped and pooled.channels[0].motif_seconds == pytest.approx(0.0015, rel=0.05)
+    assert pooled.channels[0].latency_scale > 4 * alone.channels[0].latency_scale
     # channel 1 has no samples of its own: fitted from the earlier window's, its rate around the shared fixed cost
     assert pooled.channels[1].earlier and pooled.channels[1].shared and "rate" in pooled.channels[1].fitted
     assert not pooled.channels[0].earlier
