@@ -195,7 +195,7 @@ class Line:
     #: measured, count) per shape, the medians of its samples (module docstring, "Pooling")
     shapes: tuple[Shape, ...] = ()
     round_shared: bool = False
-    #: the fixed cost is the line's ceiling (:func:`fixed_cost_ceiling`), the fit's was over it
+    #: the fixed cost is the line's ceiling (:func:`fixed_cost_ceiling`), the fit's or the shared one was over it
     capped: bool = False
 
     @property
@@ -471,10 +471,11 @@ def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
     takes the median fitted time per round (:func:`_share_rounds`)."""
     before = prior.channels if prior is not None else {}
     before_host = prior.host if prior is not None else None
+    capped = not given          # the fit proper; a reading's lines are not capped (module docstring)
 
     def pooled(own: Sequence[Sample], earlier: Line | None, fixed: Mapping[str, float] | None = None) -> Line:
         return fit_line(own, calibrated_motif_seconds, {**(given or {}), **(fixed or {})} or None,
-                        earlier.shapes if earlier is not None else (), capped=not given)
+                        earlier.shapes if earlier is not None else (), capped=capped)
 
     def fit(own: Sequence[Sample], earlier: Line | None) -> Line:
         line = pooled(own, earlier)
@@ -497,14 +498,14 @@ def fit_samples(samples: Sequence[Sample], channels: Sequence[int],
         def share(line: Line, own: Sequence[Sample], earlier: Line | None) -> Line:
             if "motif_seconds" in line.fitted:
                 return line
-            # never over what a motif of the line measured (a reading's lines are not capped: module docstring)
-            value = shared if given else min(shared, fixed_cost_ceiling(line.shapes))
+            value = min(shared, fixed_cost_ceiling(line.shapes)) if capped else shared
+            over = value < shared       # never over what a motif of the line measured
             if line.fitted:     # its other terms measured: fitted again around the shared fixed cost
                 refit = pooled(own, earlier, {"motif_seconds": value})
                 if refit.fitted:
                     return replace(refit, fitted=tuple(t for t in refit.fitted if t != "motif_seconds"),
-                                   shared=True, earlier=line.earlier)
-            return replace(line, motif_seconds=value, shared=True)
+                                   shared=True, earlier=line.earlier, capped=over)
+            return replace(line, motif_seconds=value, shared=True, capped=over)
 
         lines = {c: share(line, own[c], before.get(c)) for c, line in lines.items()}
         host = share(host, host_own, before_host)

@@ -308,6 +308,25 @@ def test_no_fixed_cost_is_over_what_a_motif_of_its_line_measured():
     assert again.capped and again.motif_seconds == line.motif_seconds
 
 
+def test_a_shared_fixed_cost_is_capped_by_the_receiving_line_and_says_so():
+    # channel 0's large motifs cannot tell a fixed cost (the rate alone explains them) and one small
+    # shape measured 0.5 ms a motif; the host fitted 3 ms a motif, over what channel 0's small motif took
+    rng = random.Random(3)
+    big = [Sample(0, 1, 1e-4, t, 2.5 * t - 0.004 + rng.uniform(-1e-4, 1e-4))
+           for t in [0.05, 0.08, 0.12, 0.2] * 10]
+    small = [Sample(0, 1, 1e-4, 1e-6, 0.0005)] * 2
+    host = [Sample(None, motifs, 1e-4 * motifs, transfer, 0.003 * motifs + 1e-4 * motifs + 2 * transfer)
+            for motifs, transfer in [(1, 0.001), (2, 0.004), (3, 0.002), (1, 0.01)] * 5]
+    fit = fit_samples(big + small + host, channels=(0,))
+    line = fit.channels[0]
+    assert fit.host.motif_seconds == pytest.approx(0.003, rel=1e-3) and not fit.host.capped
+    assert line.shared and line.capped and line.motif_seconds == pytest.approx(0.0005)
+    assert "motif_seconds shared" in line.how and "motif_seconds at the fastest motif" in line.how
+    # a reading that gives terms their calibrated values is not capped: all of the large motifs' excess per motif
+    reading = fit_samples(big + small + host, channels=(0,), given={"rate": 1.0})
+    assert reading.channels[0].motif_seconds > 100 * 0.0005 and not reading.channels[0].capped
+
+
 def passthrough_and_segments(rng: random.Random) -> tuple[list[Sample], list[Sample]]:
     """What the FSDP2 loop measured on channel 0 (7 iterations; a ring's 7 rounds at 0.1 ms each):
     passthrough's whole ops (tiny ones at 1.5 ms, 1 MB all-gathers and 2 MB reduce-scatters at
