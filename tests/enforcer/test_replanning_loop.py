@@ -81,7 +81,9 @@ def test_the_service_plans_and_commits_a_live_job_by_itself(tmp_path):
     assert events[first_commit]["version"] == version and "predicted gain" in events[first_commit]["reason"]
     assert "committed" in kinds[first_commit:], events
     if "rollback" in kinds:         # passthrough measured faster: back to it, under a new version
-        assert switches[1][1] > version and "passthrough" in events[kinds.index("rollback")]["reason"]
+        assert "passthrough" in events[kinds.index("rollback")]["reason"], events
+        # the ranks switch to it at their next switch iteration, unless the job ended before that
+        assert all(later > version for _, later in switches[1:]), switches
     assert state["decision"] == "commit" and state["origin"].startswith("search r")
     assert state["predicted_seconds"] > 0 and state["measured_seconds"] > 0 and plan is not None
     # the bound: the search's, on its plan and its record, below what the model predicts for the plan
