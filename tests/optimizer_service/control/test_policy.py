@@ -347,16 +347,18 @@ def test_a_new_plan_measured_slower_than_the_previous_one_is_rolled_back(slower,
         assert not of(actions, RollBack) and notes(actions, "kept") and state.phase == "waiting"
 
 
-def changed_while_searching(search_seconds, new_seconds):
+def changed_while_searching(search_seconds, new_seconds, tail=None):
     """v1 kept at 0.175 s; a search starts, and v1 measures ``search_seconds`` from then to the switch
-    (4 iterations after the commit); the search's v2 then measures ``new_seconds`` for its trial."""
+    (4 iterations after the commit; ``tail``: those 4 instead); the search's v2 then measures
+    ``new_seconds`` for its trial."""
     state, [request] = step(running_plan(), ReplanNow("look"), 0.0)
     state, _ = feed(state, search_seconds, 3, version=1)
     state, actions = step(state, SearchDone(request.request, 2, 0.15, running_seconds=PREDICTED), 0.0)
     [commit] = of(actions, Commit)
     assert commit.baseline_seconds == PREDICTED                     # the quiet median from before the search
     state, _ = step(state, Committed(2, 0.15), 0.0)
-    state, _ = feed(state, search_seconds, 4, version=1)
+    for seconds in tail or [search_seconds] * 4:
+        state, _ = feed(state, seconds, 1, version=1)
     return feed(state, new_seconds, CFG.warmup + CFG.evaluate, version=2)
 
 
@@ -385,6 +387,24 @@ def test_a_trial_is_rolled_back_as_before_unless_both_plans_show_the_change(sear
     state, actions = changed_while_searching(search_seconds, new_seconds)
     [rollback] = of(actions, RollBack)
     assert rollback.cause == "trial" and not notes(actions, "drift") and state.cluster == "A"
+
+
+@pytest.mark.parametrize("slow, drifted", [(1, False), (2, True), (3, True)])
+def test_a_change_in_the_previous_plan_s_last_iterations_before_the_switch_counts_from_the_end(slow, drifted):
+    """The DLRM loop run: the NIC slowed three iterations before the ranks switched; v1's last three
+    measured 0.35–0.43 s against its 0.215 s median, the one before them 0.233 s. Two slow ones in a
+    row at the end of the tail and a trial as slow: the cluster changed, v2 is kept. One: chance
+    (7 % of iterations are 20 % over their plan's median), and v2 is rolled back."""
+    tail = [PREDICTED] * (4 - slow) + [0.45] * slow
+    state, actions = changed_while_searching(PREDICTED, 0.35, tail)
+    if drifted:
+        [drift] = notes(actions, "drift")
+        assert not of(actions, RollBack) and state.running == 2 and state.cluster == "A~d1"
+        assert (f"v1's last {slow} iterations before the switch each measured more than 20.0 % over its median too "
+                "(the last 0.450 s)") in drift.reason
+    else:
+        [rollback] = of(actions, RollBack)
+        assert rollback.cause == "trial" and not notes(actions, "drift") and state.cluster == "A"
 
 
 def test_a_rollback_reinstalled_under_a_new_version_takes_its_numbers_along():
