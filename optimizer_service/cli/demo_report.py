@@ -226,18 +226,23 @@ def committed_plans(rank0: dict, change_step: int | None, plans: dict, events: l
     commit event, when it first ran before it), measured over its steps before the change; else
     "after", over its steps after the change's first two. A plan committed just before the change
     that ran only after it has no steps on its state: no measurement, no prediction error (its
-    prediction was for a cluster it never ran on). ``skip`` as for :func:`phases`; ``searched``: the
-    steps beside a search, left out as the phases leave them (:mod:`~optimizer_service.cli.demo_searching`)."""
+    prediction was for a cluster it never ran on). A plan a rollback re-installed (origin
+    ``rollback to vN``) carries vN's prediction, made for vN's state: it takes vN's ``cluster`` (in a
+    DLRM loop run the NIC slowed while v2 was on trial, the rollback re-installed v1 as v3 after the
+    change, and v3 was counted 53 % under a prediction made before it). ``skip`` as for
+    :func:`phases`; ``searched``: the steps beside a search, left out as the phases leave them
+    (:mod:`~optimizer_service.cli.demo_searching`)."""
     seconds, versions = rank0["step_seconds"], rank0["plan_versions"]
     change = change_step if change_step is not None else len(seconds) + 1
     unplanned = _unplanned(events)
     skipped = set(skip)
     committed = {event["version"]: event["iteration"] + 1 for event in events
                  if event.get("kind") == "commit" and event.get("iteration") is not None}
-    rows = []
+    rows, before_of = [], {}
     for version in sorted(set(versions) - {0}):
         ran = [s for s in range(1, len(seconds) + 1) if versions[s - 1] == version and s not in skipped]
-        before = committed.get(version, ran[0]) < change
+        before = before_of[version] = before_of.get(_reinstalled(plans, version),
+                                                    committed.get(version, ran[0]) < change)
         picked = quiet([s for s in ran if (s < change if before else s > change + 1)
                         and _since_switch(versions, s) >= SETTLE], searched)
         measured = statistics.median(seconds[s - 1] for s in picked) if picked else None
@@ -249,6 +254,13 @@ def committed_plans(rank0: dict, change_step: int | None, plans: dict, events: l
                "ratio_to_bound": ratio(measured, _bound(plans, version))}
         rows.append({**row, "prediction_error": prediction_error(row)})
     return rows
+
+
+def _reinstalled(plans: dict, version: int) -> int | None:
+    """The plan a rollback re-installed as ``version``, or None (a search's plan)."""
+    origin = (plans.get(version) or {}).get("origin", "")
+    prefix = "rollback to v"
+    return int(origin[len(prefix):]) if origin.startswith(prefix) and origin[len(prefix):].isdigit() else None
 
 
 def peer(result: dict | None, rows: list[dict]) -> dict:

@@ -188,6 +188,21 @@ def test_a_plan_committed_before_the_change_that_ran_only_after_it_has_no_error(
     assert rows[2]["cluster"] == "after" and rows[2]["measured_iteration_seconds"] == 1.2
 
 
+def test_a_plan_a_rollback_re_installed_after_the_change_is_judged_where_its_prediction_was_made():
+    # v1 before the change (step 21); v2 committed after it and rolled back: v1 re-installed as v3 with
+    # v1's prediction, made before the change; v4 a search's plan after it, judged there.
+    versions = [0] * 5 + [1] * 20 + [2] * 10 + [3] * 10 + [4] * 10
+    seconds = [1.0] * 5 + [0.5] * 16 + [0.9] * 4 + [1.3] * 10 + [1.0] * 10 + [0.8] * 10
+    plans = {1: {"predicted_seconds": 0.5, "origin": "search r1"}, 2: {"predicted_seconds": 0.45},
+             3: {"predicted_seconds": 0.5, "origin": "rollback to v1"}, 4: {"predicted_seconds": 0.8}}
+    events = [{"kind": "commit", "version": 1, "iteration": 4}, {"kind": "commit", "version": 2, "iteration": 23},
+              {"kind": "commit", "version": 4, "iteration": 44}]
+    rows = {row["plan_version"]: row for row in committed_plans(_run(versions, seconds), 21, plans, events)}
+    assert rows[3]["cluster"] == "before" and rows[3]["steps"] == 0 and rows[3]["prediction_error"] is None
+    assert rows[2]["cluster"] == "after" and rows[2]["prediction_error"] == pytest.approx(0.45 / 1.3 - 1)
+    assert rows[4]["cluster"] == "after" and rows[4]["prediction_error"] == pytest.approx(0.0)
+
+
 def test_the_peer_is_the_median_of_its_turns_after_warm_up_with_their_drops_and_the_bound_of_its_state():
     # Turn 1 (steps 1-10, after the job's step 10): 5 warm-up steps; turn 2 (11-20, after step 20): 2.
     seconds = [2.0] * WARMUP + [0.3, 0.4, 0.5, 0.6, 0.7] + [2.0] * TURN_WARMUP + [0.45] * 8 + [0.9] * 10
