@@ -24,6 +24,7 @@ from optimizer_service.syndicate.baselines import SYSTEMS, SystemResult, run_sys
 from optimizer_service.syndicate.bound import Bound, iteration_bound
 from optimizer_service.syndicate.dag import TrainingDAG
 from optimizer_service.syndicate.host_load import HostLoad, host_loads
+from optimizer_service.syndicate.mcmc import TieBreak
 from optimizer_service.syndicate.motif_cost import MotifCostModel
 from optimizer_service.syndicate.plan_export import export_plan
 from optimizer_service.syndicate.problem import Problem
@@ -53,7 +54,8 @@ def plan_job(dag_or_traces: TrainingDAG | Sequence[Mapping], topology: Topology,
              seed: int = 0, clock: Callable[[], float] = time.perf_counter, *, iteration: int | None = None,
              name: str = "trace", native: bool = True, version: int = 1,
              progress: Callable[[str], None] | None = None, cost: MotifCostModel | None = None,
-             max_evaluations: int | None = None, hosts: Sequence[HostLoad] | None = None) -> JobPlan:
+             max_evaluations: int | None = None, hosts: Sequence[HostLoad] | None = None,
+             tiebreak: TieBreak | None = None) -> JobPlan:
     """Plan a job on ``topology`` with ``budget`` seconds of search per searching
     system (same ``seed``, same plan; ``clock`` measures the budget).
 
@@ -66,7 +68,8 @@ def plan_job(dag_or_traces: TrainingDAG | Sequence[Mapping], topology: Topology,
     :mod:`optimizer_service.syndicate.telemetry_fit`); ``max_evaluations`` also
     bounds each search by evaluations (:func:`optimizer_service.syndicate.mcmc.mcmc`).
     ``hosts``: the job's CPU per host for the bound's host term (default: read from
-    the traces; none for a DAG).
+    the traces; none for a DAG). ``tiebreak`` picks among plans the search's cost
+    cannot tell apart (:func:`optimizer_service.syndicate.mcmc.restarted`).
     """
     say = progress or (lambda text: None)
     measured = None
@@ -87,7 +90,7 @@ def plan_job(dag_or_traces: TrainingDAG | Sequence[Mapping], topology: Topology,
     say(f"  {sum(len(o) for o in problem.options)} options; running {', '.join(SYSTEMS)} "
         f"(search budget {budget:g} s each, seed {seed})")
     results = run_systems(problem, budget=budget, seed=seed, progress=lambda system: say(f"  {system} ..."),
-                          clock=clock, max_evaluations=max_evaluations)
+                          clock=clock, max_evaluations=max_evaluations, tiebreak=tiebreak)
     bound = iteration_bound(dag, topology, hosts or ())
     say(f"  lower bound {bound}")
     plan = dataclasses.replace(export_plan(problem, results[-1], version=version),

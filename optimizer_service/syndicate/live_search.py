@@ -33,8 +33,10 @@ every run:
   (:data:`~optimizer_service.syndicate.telemetry_fit.PER_MOTIF`). The search
   prices every motif at the worst of the three
   (:class:`~optimizer_service.syndicate.motif_cost.WorstOf`) and so chooses a
-  plan that gains under each; the prediction, and the policy's judgement of the
-  gain, stay the fit's. Why the second: two FSDP2 loop runs' first searches
+  plan that gains under each; among plans the worst prices alike, the fit's
+  price at the load on the host's cores decides
+  (:func:`~optimizer_service.syndicate.mcmc.restarted`, "Ties"); the
+  prediction, and the policy's judgement of the gain, stay the fit's. Why the second: two FSDP2 loop runs' first searches
   fitted about 1 ms per motif (0.97 and 1.51 ms) from passthrough's window and
   cut every op into eight segments over both channels; those plans measured
   16-18 ms per motif and ran 0.79-0.87 s against passthrough's 0.64-0.65 s. A
@@ -78,6 +80,7 @@ from optimizer_service.syndicate.host_contention import Contention, contended_se
 from optimizer_service.syndicate.host_load import host_loads
 from optimizer_service.syndicate.motif_cost import WorstOf
 from optimizer_service.syndicate.plan_import import running_choice
+from optimizer_service.syndicate.problem import Problem
 from optimizer_service.syndicate.refit import refit
 from optimizer_service.syndicate.scheduler import Policy
 from optimizer_service.syndicate.telemetry_fit import (
@@ -89,6 +92,11 @@ from optimizer_service.syndicate.telemetry_fit import (
     fit_telemetry,
 )
 from optimizer_service.syndicate.trace_window import window_dag
+
+#: How much less the fit must price another of the plans the readings tie for it to displace the one the
+#: search met first (:func:`live_search`'s tie-break): the load's fixed point is found by bisection and
+#: moves a price by about 1e-6, and a plan 0.1 % faster by the model is no reason to change.
+TIE_MARGIN = 1e-3
 
 #: The readings of a window of whole ops besides the fit's own (module docstring), by their name in
 #: :attr:`LiveSearch.fit`, and the terms each takes at its calibrated value.
@@ -142,10 +150,22 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
                if readings else fit.motif_cost(topology))
     dag, measured, window = window_dag(traces, name="live")
     hosts = host_loads(traces)
-    found = plan_job(dag, topology, budget=math.inf, seed=seed, clock=clock, name="live",
-                     cost=chooser, max_evaluations=evaluations, hosts=hosts)
-    problem = found.problem
     contention = Contention.of(hosts, measured)
+
+    def by_fit(problem: Problem, plans: Sequence[tuple[int, ...]], policy: Policy, framework_order: bool) -> int:
+        """Among plans the worst of the readings prices alike, the one the fit prices least at the load
+        the first of them puts on the host's cores (mcmc's "Ties")."""
+        def at(k: float, plan: Sequence[int]) -> float:
+            return problem.steady_seconds_priced(fit.contended(k).motif_cost(topology), plan, policy, framework_order)
+
+        _, k = contended_seconds(lambda k: at(k, plans[0]), contention)
+        times = [at(k, plan) for plan in plans]
+        least = min(times)
+        return 0 if times[0] <= least * (1 + TIE_MARGIN) else times.index(least)
+
+    found = plan_job(dag, topology, budget=math.inf, seed=seed, clock=clock, name="live",
+                     cost=chooser, max_evaluations=evaluations, hosts=hosts, tiebreak=by_fit if readings else None)
+    problem = found.problem
 
     def priced(changed: TelemetryFit, k: float, choice: list[int], policy: Policy,
                framework_order: bool = False) -> float:
