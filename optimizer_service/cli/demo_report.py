@@ -467,8 +467,8 @@ def table(rows: list[dict], peer_rows: dict | None = None) -> str:
         state = {"passthrough": "before", "changed": "after"}.get(row["name"])
         if state and peer_rows.get(state):
             shown.append({**peer_rows[state], "name": f"peer-{state}", "plan": "gloo"})
-    lines = [f"{'phase':<13} {'plan':>5} {'steps':>6} {'measured':>11} {'predicted':>11} {'error':>6} "
-             f"{'bound':>11} {'/bound':>7} {'cores busy':>14}  NIC drops/it"]
+    lines = [(f"{'phase':<13} {'plan':>5} {'steps':>6} {'measured':>11} {'predicted':>11} {'error':>6} "
+              f"{'bound':>11} {'/bound':>7} {'cores busy':>14}  NIC drops/it")]
     for row in shown:
         measured, predicted = row["measured_iteration_seconds"], row.get("predicted_iteration_seconds")
         off = prediction_error(row)

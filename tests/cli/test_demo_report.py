@@ -47,7 +47,7 @@ def test_model_seconds_is_the_searched_event_of_that_version():
 def test_phases_carry_the_drops_of_their_steps():
     seconds = [1.0] * 10 + [0.5] * 20
     versions = [0] * 10 + [1] * 20
-    drops = [(s, {0: 10 * s if s <= 10 else 100 + (s - 10), 1: 0}) for s in range(0, 31)]
+    drops = [(s, {0: 10 * s if s <= 10 else 100 + (s - 10), 1: 0}) for s in range(31)]
     rows = phases({"step_seconds": seconds, "plan_versions": versions}, None,
                   {1: {"predicted_seconds": 0.6}}, [], drops)
     by_name = {row["name"]: row for row in rows}
