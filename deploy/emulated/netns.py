@@ -98,6 +98,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from deploy.emulated import names
+from deploy.emulated.qdisc_counts import QdiscReadError, qdisc_drops_in
 from deploy.errors import DeployError
 
 NETNS_DIR = Path("/run/netns")
@@ -172,9 +173,19 @@ def set_sysctls(namespace: str, settings: dict[str, str]) -> None:
 
 
 def qdisc_drops(namespace: str) -> dict[str, int]:
-    """Packets each device's root qdisc in ``namespace`` dropped so far (``tc -s``):
-    a ``tbf`` drops what overflows its queue, and each drop costs a TCP flow a
-    retransmission (a timeout of at least 200 ms when it was the tail of a burst)."""
+    """Packets each device's root qdisc in ``namespace`` dropped so far (what ``tc -s``
+    shows): a ``tbf`` drops what overflows its queue, and each drop costs a TCP flow
+    a retransmission (a timeout of at least 200 ms when it was the tail of a burst).
+    Read over rtnetlink, no process spawned (:mod:`deploy.emulated.qdisc_counts`); with
+    ``tc`` where that cannot be had."""
+    try:
+        return qdisc_drops_in(NETNS_DIR / namespace)
+    except QdiscReadError:
+        return qdisc_drops_by_tc(namespace)
+
+
+def qdisc_drops_by_tc(namespace: str) -> dict[str, int]:
+    """:func:`qdisc_drops` as ``tc -n NAMESPACE -j -s qdisc show`` has it (a process per reading)."""
     found = json.loads(_run(["tc", "-n", namespace, "-j", "-s", "qdisc", "show"]) or "[]")
     return {entry["dev"]: int(entry.get("drops", 0)) for entry in found if entry.get("root") and "dev" in entry}
 

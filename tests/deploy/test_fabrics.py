@@ -25,6 +25,7 @@ from deploy.emulated import (
     create_cluster,
     destroy_cluster,
     load_cluster,
+    netns,
     nic_drops,
     run_ranks,
     set_channel_rate,
@@ -151,6 +152,10 @@ def test_lossless_drops_nothing_under_an_incast_that_a_lossy_fabric_drops_also_a
             clusters[fabric] = create_cluster(f"p2fab{TAG}{fabric[-1]}", 3, 2, RATE, loopback_rate=1e9,
                                               root=tmp_path, fabric=fabric)
         assert incast(clusters["lossy"], INCAST_SECONDS, RATE) > 0
+        # the drops as read over rtnetlink (no process) are tc's, device by device
+        for namespace in clusters["lossy"].namespaces:
+            assert netns.qdisc_drops(namespace) == netns.qdisc_drops_by_tc(namespace)
+        assert sum(netns.qdisc_drops(clusters["lossy"].bridge_namespace).values()) > 0
         lossless = clusters["lossless"]
         assert incast(lossless, INCAST_SECONDS, RATE) == 0
         slowed = set_channel_rate(lossless, 0, RATE / 4)
