@@ -158,7 +158,7 @@ def _predicted(plans: dict, version: int, unplanned: float | None) -> float | No
     state = plans.get(version) or {}
     if state.get("predicted_seconds") is not None:
         return state["predicted_seconds"]
-    return unplanned if state.get("origin", "") == "rollback to v0" else None
+    return unplanned if _reinstalled(plans, version) == 0 else None
 
 
 def _unplanned(events: list[dict]) -> float | None:

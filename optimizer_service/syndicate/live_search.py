@@ -152,22 +152,7 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     hosts = host_loads(traces)
     contention = Contention.of(hosts, measured)
 
-    def by_fit(problem: Problem, plans: Sequence[tuple[int, ...]], policy: Policy, framework_order: bool) -> int:
-        """Among plans the worst of the readings prices alike, the one the fit prices least at the load
-        the first of them puts on the host's cores (mcmc's "Ties")."""
-        def at(k: float, plan: Sequence[int]) -> float:
-            return problem.steady_seconds_priced(fit.contended(k).motif_cost(topology), plan, policy, framework_order)
-
-        _, k = contended_seconds(lambda k: at(k, plans[0]), contention)
-        times = [at(k, plan) for plan in plans]
-        least = min(times)
-        return 0 if times[0] <= least * (1 + TIE_MARGIN) else times.index(least)
-
-    found = plan_job(dag, topology, budget=math.inf, seed=seed, clock=clock, name="live",
-                     cost=chooser, max_evaluations=evaluations, hosts=hosts, tiebreak=by_fit if readings else None)
-    problem = found.problem
-
-    def priced(changed: TelemetryFit, k: float, choice: list[int], policy: Policy,
+    def priced(problem: Problem, changed: TelemetryFit, k: float, choice: Sequence[int], policy: Policy,
                framework_order: bool = False) -> float:
         """``choice`` priced by ``changed`` with its fixed costs ``k`` times as long."""
         if k == 1.0 and changed is fit and not readings:    # the problem's own prices, nothing re-priced
@@ -176,9 +161,21 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
         return problem.steady_seconds_priced(changed.contended(k).motif_cost(topology_of), choice, policy,
                                              framework_order)
 
+    def by_fit(problem: Problem, plans: Sequence[tuple[int, ...]], policy: Policy, framework_order: bool) -> int:
+        """Among plans the worst of the readings prices alike, the one the fit prices least at the load
+        the first of them puts on the host's cores (mcmc's "Ties")."""
+        _, k = contended_seconds(lambda k: priced(problem, fit, k, plans[0], policy, framework_order), contention)
+        times = [priced(problem, fit, k, plan, policy, framework_order) for plan in plans]
+        least = min(times)
+        return 0 if times[0] <= least * (1 + TIE_MARGIN) else times.index(least)
+
+    found = plan_job(dag, topology, budget=math.inf, seed=seed, clock=clock, name="live",
+                     cost=chooser, max_evaluations=evaluations, hosts=hosts, tiebreak=by_fit if readings else None)
+    problem = found.problem
+
     def at_load(choice: list[int], policy: Policy, framework_order: bool = False) -> tuple[float, float]:
         """The time of ``choice`` at the load it puts on the host's cores (:mod:`.host_contention`)."""
-        return contended_seconds(lambda k: priced(fit, k, choice, policy, framework_order), contention)
+        return contended_seconds(lambda k: priced(problem, fit, k, choice, policy, framework_order), contention)
 
     # Nothing planned runs every op's first option (the library's own algorithm, whole, on
     # channel 0) in the program's order: gloo's ring, not FIFO's greedy pick among P²'s programs.
@@ -191,9 +188,9 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     found = replace(found, plan=replace(found.plan, predicted_iteration_seconds=predicted_seconds))
 
     def predicted(changed: TelemetryFit) -> float:
-        return priced(changed, factor, chosen.choice, chosen.policy, chosen.framework_order)
+        return priced(problem, changed, factor, chosen.choice, chosen.policy, chosen.framework_order)
 
-    uncontended = priced(fit, 1.0, chosen.choice, chosen.policy, chosen.framework_order)
+    uncontended = priced(problem, fit, 1.0, chosen.choice, chosen.policy, chosen.framework_order)
     described = {**fit.to_dict(calibrated), "predicted_seconds": predicted_seconds,
                  **{name: None if name not in readings else {
                      **readings[name].to_dict(calibrated), "chosen_seconds": chosen.steady_seconds}
