@@ -235,10 +235,10 @@ def _drifted(state: Policy, what: str, shown: int | None = None) -> tuple[Policy
     cluster = f"{state.cluster.split('~')[0]}~d{drifts}"
     # The iterations that showed the drift ran the same plan on the changed cluster: they are the new
     # state's first measurements (a reported change, by contrast, comes before any).
-    shown, measurement = min(cfg.consecutive if shown is None else shown, cfg.window), state.measurement
+    shown = min(cfg.consecutive if shown is None else shown, cfg.window)
     state, actions = _changed(replace(state, drifts=drifts), cluster, f"{what}: the cluster changed under the "
-                              f"job; taken as a new cluster state {cluster}",
-                              keep=(measurement.window[-shown:], measurement.channel_window[-shown:]))
+                              f"job; taken as a new cluster state {cluster}", keep=state.measurement.last(shown),
+                              measured=state.trial is None)
     return state, [Note("drift", actions[-1].reason), *actions[:-1]]
 
 
@@ -266,7 +266,9 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
     is watched the same way, and measured against its own median there, but
     not judged (``Trial.judged``): that is how a change that came during the
     trial's warm-up, which its iterations cannot show as a step, shows
-    within ``warmup`` + ``step_iterations`` iterations of the rollback."""
+    ``step_iterations`` + 1 iterations after the rollback's switch. A trial
+    whose previous plan's last iterations were already slow shows a change
+    before the switch as soon (:func:`_stale_early`)."""
     trial, cfg = state.trial, state.config
     assert trial is not None
     if state.running != trial.version:
@@ -274,7 +276,7 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
             return state, []          # the ranks switch at the coordinator's boundary
         return replace(state, trial=None), [Note("abandoned", f"{_name(trial.version)} was committed but the ranks "
                                                  f"run {_name(state.running)}; not evaluated")]
-    stepped = _stepped(state, trial)
+    stepped = _stepped(state, trial) or _stale_early(state, trial)
     if stepped is not None:
         what, shown = stepped
         return _drifted(replace(state, trial=None), what, shown)
@@ -320,23 +322,28 @@ def _stepped(state: Policy, trial: Trial) -> tuple[str, int] | None:
     and the replan came 38 iterations after the change), from the earliest
     such split; or, for a plan
     re-installed where it ran (``known_seconds``), the last ones each that much
-    over its median there. Only a step up: a plan's first measured iterations
+    over its median there, its warm-up's counted but for the switch's first iteration (in
+    35 switches of fourteen loop runs that no change overlapped, 13 of the 140 second to fifth
+    iterations measured more than 1.2x the plan's median over its next 12, never more than two
+    in a row; the first iterations up to 1.43x). Only a step up: a plan's first measured iterations
     can still be slower than its later ones (a new plan settling), never the
     reverse by chance four times in a row (``PolicyConfig.step_iterations``).
     Our reading of issue 32's "a replan within 30 iterations" for a change
     that lands while a plan is on trial."""
     cfg, window = state.config, [seconds for seconds, _ in state.measurement.window]
     k, level, new = cfg.step_iterations, 1 + cfg.drift_trigger, _name(trial.version)
-    known = trial.known_seconds
-    run = 0 if known is None else len(list(itertools.takewhile(lambda s: s > known * level, reversed(window))))
-    if run >= k:
-        what = (f"{new}, {_reinstalled(trial)}, measured {run} iterations in a row each more than "
-                f"{_pct(cfg.drift_trigger)} over the {known:.3f} s it measured before in cluster state {state.cluster} "
-                f"(the last {window[-1]:.3f} s)")
-        return what, run
+    known, warm = trial.known_seconds, state.measurement.warm_seconds()
+    if known is not None:
+        run = _over(warm + window, known * level)
+        if min(run, len(warm) + len(window) - 1) >= k:
+            of_warm = max(run - len(window), 0)
+            what = (f"{new}, {_reinstalled(trial)}, measured {run} iterations in a row each more than "
+                    f"{_pct(cfg.drift_trigger)} over the {known:.3f} s it measured before in cluster state "
+                    f"{state.cluster}{f' ({of_warm} of them its warm-up)' if of_warm else ''} (the last "
+                    f"{(warm + window)[-1]:.3f} s)")
+            return what, run
     # The warm-up iterations count among those before a step, never in it: a plan settling is slow
     # first, and a change during the warm-up shows as the measured iterations stepping up from them.
-    warm = list(state.measurement.warm)
     series = warm + window
     for split in range(max(k, len(warm)), len(series) - k + 1):
         before = statistics.median(series[:split])
@@ -348,6 +355,38 @@ def _stepped(state: Policy, trial: Trial) -> tuple[str, int] | None:
                     f"(the last {window[-1]:.3f} s): a step inside its trial")
             return what, after
     return None
+
+
+def _over(series: list[float], level: float) -> int:
+    """How many of ``series``'s last values, in a row, are over ``level``."""
+    return len(list(itertools.takewhile(lambda seconds: seconds > level, reversed(series))))
+
+
+def _stale_early(state: Policy, trial: Trial) -> tuple[str, int] | None:
+    """A trial's stale comparison (:func:`_stale`) seen before its verdict, as ``(what, iterations
+    that show it)``, or None: the previous plan's tail before the switch was stale, and the trial's
+    plan measured ``step_iterations`` iterations in a row each more than ``drift_trigger`` over the
+    previous plan's median, its warm-up's counted but for the switch's first iteration (as for a
+    re-installed plan in :func:`_stepped`). The change came before the switch, so every iteration of
+    the trial, its warm-up's too, is the new state's. (In a DLRM run of ``scripts/run.sh`` the NIC
+    slowed as a trial began; the verdict that saw it came after the trial's 5 + 12 iterations, and
+    the replan 33 iterations after the change.)"""
+    cfg, previous = state.config, trial.previous_seconds
+    if not trial.judged or previous is None:
+        return None
+    level, warm = 1 + cfg.drift_trigger, state.measurement.warm_seconds()
+    series = warm + [seconds for seconds, _ in state.measurement.window]
+    run = _over(series, previous * level)
+    if min(run, len(series) - 1) < cfg.step_iterations:
+        return None
+    stale = _stale(trial, series[-1], cfg)
+    if stale is None:
+        return None
+    what = (f"{_name(trial.version)} measured {run} iterations in a row after the switch each more than "
+            f"{_pct(cfg.drift_trigger)} over {_name(trial.previous)}'s {previous:.3f} s (the last {series[-1]:.3f} s), "
+            f"{stale}: the cluster changed before the trial, not under {_name(trial.version)} alone; "
+            f"{_name(trial.version)} is kept")
+    return what, len(series)
 
 
 def _stale(trial: Trial, median: float, cfg: PolicyConfig) -> str | None:
@@ -371,11 +410,11 @@ def _stale(trial: Trial, median: float, cfg: PolicyConfig) -> str | None:
     previous = trial.previous_seconds
     if previous is None or median <= previous * level:
         return None
-    slow = list(itertools.takewhile(lambda seconds: seconds > previous * level, reversed(trial.previous_tail)))
-    if len(slow) < min(STALE_TAIL, cfg.step_iterations):
+    slow = _over(list(trial.previous_tail), previous * level)
+    if slow < min(STALE_TAIL, cfg.step_iterations):
         return None
-    return (f"and {_name(trial.previous)}'s last {len(slow)} iterations before the switch each measured more than "
-            f"{_pct(cfg.drift_trigger)} over its median too (the last {slow[0]:.3f} s)")
+    return (f"and {_name(trial.previous)}'s last {slow} iterations before the switch each measured more than "
+            f"{_pct(cfg.drift_trigger)} over its median too (the last {trial.previous_tail[-1]:.3f} s)")
 
 
 def _reinstalled(trial: Trial) -> str:
@@ -604,13 +643,19 @@ def _cancel(state: Policy, why: str, cool: bool = True) -> tuple[Policy, list[Ac
         CancelSearch(pending.request, f"search r{pending.request} cancelled: {why}")]
 
 
-def _changed(state: Policy, cluster: str, due: str, keep: tuple[tuple, tuple] = ((), ())) -> tuple[Policy, list[Action]]:
+def _changed(state: Policy, cluster: str, due: str, keep: tuple[tuple, tuple] = ((), ()),
+             measured: bool = False) -> tuple[Policy, list[Action]]:
     """Enter cluster state ``cluster`` (``due``: why); the last action is the ``cluster`` note.
     ``keep``: iterations (and their channel seconds) of the running plan already measured in the
-    new state; they count in it, past warm-up.
+    new state; they count in it, past warm-up. ``measured``: the running plan's iterations showed
+    the change and no trial is left to judge it (a drift seen in them, :func:`_drifted`).
 
     A cooldown running from the old state ends, except what the last commit needs
-    (no two switches within one cooldown): it waited out a search that found
+    (no two switches within one cooldown, unless ``measured``: the commit's cooldown is there so
+    that the switch's effect is measured, and it was, on a cluster that has since changed. A
+    change seen from a trial's warm-up on (:func:`_stale_early`, :func:`_stepped`) comes about 13
+    iterations after the commit, and with ``min_samples`` measured in the new state its search
+    would still wait for the demo's 20-iteration cooldown): it waited out a search that found
     nothing worth committing there, or a failure there, and neither says anything
     about the new state. (The DLRM loop's drift was seen 14 iterations after the
     NIC slowed, and the cooldown of a search in the old state that committed
@@ -623,8 +668,9 @@ def _changed(state: Policy, cluster: str, due: str, keep: tuple[tuple, tuple] = 
     state's first, which found 4.3 %, wait 80 iterations instead of 40)."""
     old, (window, channels) = state.cluster, keep
     trial = None if state.trial is None else replace(state.trial, previous_seconds=None)
+    held = state.count if measured else _switch_cooldown(state)
     state = replace(_fresh(state), cluster=cluster, due=due, trial=trial, watches=Watches(),   # every trigger armed
-                    cooldown_until=min(state.cooldown_until, _switch_cooldown(state)), fruitless=0)
+                    cooldown_until=min(state.cooldown_until, held), fruitless=0)
     if window:
         state = replace(state, measurement=Measurement(since_switch=state.config.warmup + len(window), window=window,
                                                        channel_window=channels))

@@ -71,8 +71,9 @@ class Measurement:
     trial's) shows as that plan measuring far over its own median. A plan kept
     after its trial starts with the trial's medians as a ``provisional`` baseline
     (:meth:`kept`), which its own replaces at the second full window unless the
-    median is then more than ``drift_trigger`` over it. ``warm``: the warm-up
-    iterations' seconds (a trial's step may start right after them). ``settled``: the
+    median is then more than ``drift_trigger`` over it. ``warm`` and ``warm_channels``:
+    the warm-up iterations, as ``window`` and ``channel_window`` hold the measured ones (a
+    trial's step may start right after them; :meth:`last` hands them on). ``settled``: the
     median of the latest window that no search of the job overlapped
     (:meth:`Policy.quiet`)."""
 
@@ -83,19 +84,31 @@ class Measurement:
     channel_baseline: tuple[tuple[int, float], ...] = ()
     settled: float | None = None
     provisional: bool = False
-    warm: tuple[float, ...] = ()
+    warm: tuple[tuple[float, float], ...] = ()
+    warm_channels: tuple[tuple[tuple[int, float], ...], ...] = ()
 
     def add(self, seconds: float, wait_seconds: float, channel_seconds: Iterable[tuple[int, float]],
             config: PolicyConfig) -> Measurement:
         """One more iteration of the running plan (``seconds`` finite and positive)."""
-        since, window, channel_window, warm = self.since_switch + 1, self.window, self.channel_window, self.warm
+        since = self.since_switch + 1
+        entry = (seconds, min(max(wait_seconds, 0.0) / seconds, 1.0))
+        channels = tuple((c, s) for c, s in channel_seconds if math.isfinite(s) and s >= 0)
         if since <= config.warmup:
-            warm = warm + (seconds,)
-        else:
-            window = (window + ((seconds, min(max(wait_seconds, 0.0) / seconds, 1.0)),))[-config.window:]
-            channels = tuple((c, s) for c, s in channel_seconds if math.isfinite(s) and s >= 0)
-            channel_window = (channel_window + (channels,))[-config.window:]
-        return replace(self, since_switch=since, window=window, channel_window=channel_window, warm=warm)
+            return replace(self, since_switch=since, warm=self.warm + (entry,),
+                           warm_channels=self.warm_channels + (channels,))
+        return replace(self, since_switch=since, window=(self.window + (entry,))[-config.window:],
+                       channel_window=(self.channel_window + (channels,))[-config.window:])
+
+    def warm_seconds(self) -> list[float]:
+        """The warm-up iterations' seconds."""
+        return [seconds for seconds, _ in self.warm]
+
+    def last(self, count: int) -> tuple[tuple, tuple]:
+        """The last ``count`` iterations since the switch, warm-up's included (as many as there are), as
+        ``(window, channel_window)`` entries: what a new cluster state keeps of the running plan."""
+        if count <= 0:
+            return (), ()
+        return (self.warm + self.window)[-count:], (self.warm_channels + self.channel_window)[-count:]
 
     def settle(self, config: PolicyConfig) -> Measurement:
         """The window is :meth:`Policy.quiet`: its median is the ``settled`` one, and the baseline if

@@ -350,7 +350,7 @@ def test_a_new_plan_measured_slower_than_the_previous_one_is_rolled_back(slower,
 def changed_while_searching(search_seconds, new_seconds, tail=None):
     """v1 kept at 0.175 s; a search starts, and v1 measures ``search_seconds`` from then to the switch
     (4 iterations after the commit; ``tail``: those 4 instead); the search's v2 then measures
-    ``new_seconds`` for its trial."""
+    ``new_seconds`` (or a list of seconds, in turn) for its trial."""
     state, [request] = step(running_plan(), ReplanNow("look"), 0.0)
     state, _ = feed(state, search_seconds, 3, version=1)
     state, actions = step(state, SearchDone(request.request, 2, 0.15, running_seconds=PREDICTED), 0.0)
@@ -359,25 +359,48 @@ def changed_while_searching(search_seconds, new_seconds, tail=None):
     state, _ = step(state, Committed(2, 0.15), 0.0)
     for seconds in tail or [search_seconds] * 4:
         state, _ = feed(state, seconds, 1, version=1)
+    if isinstance(new_seconds, list):
+        return feed(state, new_seconds[:CFG.warmup + CFG.evaluate], version=2)
     return feed(state, new_seconds, CFG.warmup + CFG.evaluate, version=2)
 
 
 def test_a_trial_compared_with_a_median_from_before_a_change_drifts_instead_of_rolling_back():
     """The DLRM loop runs: the NIC slows while the search runs. v2 (searched on the old window)
     measures 0.35 s, twice v1's 0.175 s median, but v1's last iterations before the switch measured
-    0.45 s: the cluster changed, v2 stays, and its trial's iterations are the new state's first."""
-    state, actions = changed_while_searching(0.45, 0.35)
+    0.45 s: the cluster changed, v2 stays, and its trial's iterations are the new state's first. That
+    shows once v2's iterations after the switch's first are ``step_iterations`` (its warm-up's
+    count), not at the trial's verdict; and the new state's search waits for ``min_samples`` there,
+    not for the commit's cooldown (the switch's effect was measured, on a changed cluster)."""
+    state, [request] = step(running_plan(), ReplanNow("look"), 0.0)
+    state, _ = feed(state, 0.45, 3, version=1)
+    state, actions = step(state, SearchDone(request.request, 2, 0.15, running_seconds=PREDICTED), 0.0)
+    state, _ = step(state, Committed(2, 0.15), 0.0)
+    state, _ = feed(state, 0.45, 4, version=1)
+    state, actions = feed(state, 0.35, CFG.step_iterations, version=2)
+    assert not notes(actions, "drift") and state.trial is not None    # the switch's first does not count
+    state, actions = feed(state, 0.35, 1, version=2)
     [drift] = notes(actions, "drift")
-    assert not of(actions, RollBack) and state.running == 2 and state.cluster == "A~d1"
-    assert ("v2 measured 0.350 s over 20 iterations, 100.0 % slower than v1's 0.175 s, and v1's last 4 iterations "
-            "before the switch each measured more than 20.0 % over its median too (the last 0.450 s): the cluster "
-            "changed before the trial") in drift.reason
-    assert [seconds for seconds, _ in state.measurement.window] == [0.35] * CFG.evaluate
-    requests = []
-    while not requests:                                             # searched once the commit's cooldown passed
+    assert not of(actions, RollBack) and state.running == 2 and state.cluster == "A~d1" and state.trial is None
+    assert ("v2 measured 5 iterations in a row after the switch each more than 20.0 % over v1's 0.175 s (the last "
+            "0.350 s), and v1's last 4 iterations before the switch each measured more than 20.0 % over its median "
+            "too (the last 0.450 s): the cluster changed before the trial, not under v2 alone; v2 is kept") \
+        in drift.reason
+    assert [seconds for seconds, _ in state.measurement.window] == [0.35] * (CFG.step_iterations + 1)
+    requests, waited = [], 0
+    while not requests:
         state, more = feed(state, 0.35, 1, version=2)
-        requests = of(more, RollBack) + of(more, RequestPlan)
+        requests, waited = of(more, RollBack) + of(more, RequestPlan), waited + 1
     assert isinstance(requests[0], RequestPlan) and requests[0].trigger == "cluster"
+    assert waited == CFG.min_samples - CFG.step_iterations - 1 and state.count < state.committed_at + CFG.cooldown
+
+
+def test_a_trial_as_slow_after_a_stale_tail_still_drifts_at_its_verdict():
+    """v2's iterations are not each over v1's median (one in four under it), so nothing shows before the
+    verdict; its median is, and v1's tail was stale: the verdict takes the change."""
+    state, actions = changed_while_searching(0.45, [0.35, 0.35, 0.35, 0.2] * 7)
+    [drift] = notes(actions, "drift")
+    assert "v2 measured 0.350 s over 20 iterations, 100.0 % slower than v1's 0.175 s" in drift.reason
+    assert not of(actions, RollBack) and state.cluster == "A~d1"
 
 
 @pytest.mark.parametrize("search_seconds, new_seconds", [(0.19, 0.35), (0.45, 0.20)])
@@ -515,15 +538,22 @@ def test_a_plan_rolled_back_to_drifts_from_its_own_median_when_the_cluster_chang
     state, _ = step(state, Committed(3, PREDICTED, same_as=1), 0.0)
     state, actions = feed(state, 0.35, 1, version=3)
     assert state.measurement.baseline == 0.21                           # v1's median in A
-    # its first step_iterations measured ones show it (the drift watch would need min_samples + consecutive)
-    state, more = feed(state, 0.35, CFG.warmup + CFG.step_iterations - 2, version=3)
+    # step_iterations after the switch's first show it, its warm-up's counted (the drift watch would
+    # need min_samples + consecutive)
+    state, more = feed(state, 0.35, CFG.step_iterations - 1, version=3)
     assert not notes(actions + more, "drift") and state.cluster == "A"
     state, more = feed(state, 0.35, 1, version=3)
     [drift] = notes(more, "drift")
-    assert ("v3, re-installed by the rollback, measured 4 iterations in a row each more than 20.0 % over the "
-            "0.210 s it measured before in cluster state A (the last 0.350 s)") in drift.reason
+    assert ("v3, re-installed by the rollback, measured 5 iterations in a row each more than 20.0 % over the "
+            "0.210 s it measured before in cluster state A (5 of them its warm-up) (the last 0.350 s)") in drift.reason
     assert state.cluster == "A~d1" and state.trial is None and not of(more, RollBack)
-    assert [seconds for seconds, _ in state.measurement.window] == [0.35] * CFG.step_iterations
+    assert [seconds for seconds, _ in state.measurement.window] == [0.35] * (CFG.step_iterations + 1)
+    # searched once min_samples are measured in the new state, the rollback's cooldown notwithstanding
+    requests = []
+    while not requests:
+        state, more = feed(state, 0.35, 1, version=3)
+        requests = of(more, RequestPlan)
+    assert len(state.measurement.window) == CFG.min_samples and state.count < state.cooldown_until + CFG.cooldown
     # where it measures its median again, nothing drifts
     state, _ = slower_candidate(0.35)
     state, _ = step(state, Committed(3, PREDICTED, same_as=1), 0.0)
@@ -547,13 +577,14 @@ def test_a_step_inside_a_trial_is_a_cluster_change_and_the_trial_s_plan_is_not_r
     assert "taken as a new cluster state A~d1" in drift.reason and "the last 4 count in it" in drift.reason
     assert not of(actions, RollBack) and state.trial is None and state.running == 2 and state.cluster == "A~d1"
     assert [seconds for seconds, _ in state.measurement.window] == [0.40] * CFG.step_iterations
-    # the new state's search, once min_samples are measured there and the commit's cooldown is over
+    # the new state's search, once min_samples are measured there: the commit's cooldown does not hold it
+    # (the trial measured the switch's effect, on a cluster that has since changed)
     requests = []
     while not requests:
         state, more = feed(state, 0.40, 1, version=2)
         requests = of(more, RequestPlan)
     assert requests[0].trigger == "cluster" and not of(more, RollBack)
-    assert state.count == state.committed_at + CFG.cooldown         # no two switches within one cooldown
+    assert len(state.measurement.window) == CFG.min_samples and state.count < state.committed_at + CFG.cooldown
 
 
 def test_a_step_right_after_the_warm_up_is_measured_against_the_warm_up():
@@ -611,19 +642,20 @@ def test_a_restored_plan_measured_far_over_its_own_median_is_a_cluster_change(re
     # here the restored plan's first step_iterations measured iterations show it; with that check off (a
     # step longer than the trial) and a trial shorter than the drift watch needs, the trial's verdict does
     [drift] = notes(actions, "drift")
-    assert state.cluster == "A~d1" and ("v3, restored, measured 4 iterations in a row each more than 20.0 % over "
-                                        "the 0.200 s it measured before in cluster state A") in drift.reason
-    short = replace(CFG, evaluate=CFG.consecutive, step_iterations=CFG.consecutive + 1)
+    assert state.cluster == "A~d1" and ("v3, restored, measured 5 iterations in a row each more than 20.0 % over "
+                                        "the 0.200 s it measured before in cluster state A (5 of them its warm-up)") \
+        in drift.reason
+    short = replace(CFG, evaluate=CFG.consecutive, step_iterations=CFG.warmup + CFG.consecutive)
     short_state, short = restore_after_unseen_change(short, restored)
     assert not of(short, RollBack) and short_state.cluster == "A~d1"
     assert "v3, restored, measured 0.300 s over 10 iterations, 50.0 % over the 0.200 s it measured before" \
         in notes(short, "drift")[0].reason
-    # searched as soon as the restore's own cooldown has passed (no two switches within one cooldown)
+    # searched once min_samples are measured in the new state: the restore's cooldown does not hold it
     requests = of(actions, RequestPlan)
     while not requests:
         state, more = feed(state, restored, 1, version=3)
         requests = of(more, RequestPlan)
-    assert state.count >= state.committed_at + CFG.cooldown
+    assert state.count < state.committed_at + CFG.cooldown
     assert requests[0].trigger == "cluster" and state.measured["A~d1"] == {3: restored}
 
 
