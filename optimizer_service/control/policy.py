@@ -280,6 +280,9 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
     if stepped is not None:
         what, shown = stepped
         return _drifted(replace(state, trial=None), what, shown)
+    slow = None if state.paused else _slow_from_the_start(state, trial)
+    if slow is not None:
+        return _roll_back(replace(state, trial=None), trial, slow, _pct(cfg.drift_trigger), now)
     window = state.measurement.window
     if state.paused or len(window) < cfg.evaluate:
         return state, []
@@ -305,10 +308,36 @@ def _evaluate(state: Policy, now: float) -> tuple[Policy, list[Action]]:
         if stale is not None:
             return _drifted(state, f"{compare}, {stale}: the cluster changed before the trial, not under {new} "
                                    f"alone; {new} is kept", len(window))
-        reason = Trigger.TRIAL.reason(compare=compare, margin=_pct(cfg.rollback_margin), previous=old)
-        state = replace(state, pending=Pending(COMMITTING, Trigger.TRIAL, now, version=trial.previous))
-        return state, [RollBack(trial.previous, trial.version, Trigger.TRIAL.value, reason)]
+        return _roll_back(state, trial, compare, _pct(cfg.rollback_margin), now)
     return state, [Note("kept", f"{compare}; kept")]
+
+
+def _roll_back(state: Policy, trial: Trial, compare: str, margin: str, now: float) -> tuple[Policy, list[Action]]:
+    """The failed ``trial``'s plan is rolled back to the one it replaced (``compare``: how it failed)."""
+    reason = Trigger.TRIAL.reason(compare=compare, margin=margin, previous=_name(trial.previous))
+    state = replace(state, pending=Pending(COMMITTING, Trigger.TRIAL, now, version=trial.previous))
+    return state, [RollBack(trial.previous, trial.version, Trigger.TRIAL.value, reason)]
+
+
+def _slow_from_the_start(state: Policy, trial: Trial) -> str | None:
+    """How a trial failed before its verdict, or None: its plan measured every iteration after the
+    switch's first, ``step_iterations`` of them at least, its warm-up's counted, more than
+    ``drift_trigger`` over the previous plan's median (and no step inside the trial, no stale tail
+    said the cluster changed). A plan settling is not that slow that long (:func:`_stepped`), and
+    its median could only fail the verdict's far smaller ``rollback_margin``; rolled back now, the
+    plan re-installed shows within ``step_iterations`` + 1 iterations of its switch whether the cluster
+    changed under both. (In a DLRM loop run the NIC slowed as the trial began: from the trial's
+    second iteration on, every one measured 0.40–0.52 s against the old plan's 0.213 s; the verdict
+    came 12 iterations later, and the replan 40 iterations after the change.)"""
+    cfg, previous = state.config, trial.previous_seconds
+    if not trial.judged or previous is None:
+        return None
+    series = state.measurement.warm_seconds() + [seconds for seconds, _ in state.measurement.window]
+    if len(series) <= cfg.step_iterations or _over(series, previous * (1 + cfg.drift_trigger)) < len(series) - 1:
+        return None
+    return (f"{_name(trial.version)} measured each of its {len(series) - 1} iterations after the switch's first "
+            f"more than {_pct(cfg.drift_trigger)} over {_name(trial.previous)}'s {previous:.3f} s (the last "
+            f"{series[-1]:.3f} s)")
 
 
 def _stepped(state: Policy, trial: Trial) -> tuple[str, int] | None:

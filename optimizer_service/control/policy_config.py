@@ -77,7 +77,9 @@ class PolicyConfig:
 
     evaluate: int = 20
     """A committed plan is measured for this many iterations after its warm-up, then
-    kept or rolled back (``rollback_margin``)."""
+    kept or rolled back (``rollback_margin``); rolled back sooner when every iteration after
+    the switch's first, ``step_iterations`` of them, measured more than ``drift_trigger`` over
+    the previous plan's median (``policy._slow_from_the_start``)."""
 
     rollback_margin: float = 0.03
     """Roll a new plan back when its median is more than 3 % over the previous plan's:
@@ -110,7 +112,10 @@ class PolicyConfig:
     step_iterations: int = 4
     """Inside a trial (issue 32), a *step*: this many measured iterations in a row, each
     more than ``drift_trigger`` over the median of the trial's iterations before them
-    (at least as many), or over a re-installed plan's own median in the cluster state.
+    (at least as many), or over a re-installed plan's own median in the cluster state
+    (its warm-up's iterations counted but the switch's first). Also how many iterations after
+    a switch's first show a trial's plan slower than the plan before it from the start (a
+    rollback, or a drift where that plan's last ones were slow too; ``policy._stale_early``).
     The cluster changed during the trial, and the trial's comparison with the plan
     before it would compare two cluster states. Four: in the loop runs of six jobs, an
     iteration was more than 20 % over the median of its plan's earlier ones 40 times in

@@ -603,7 +603,7 @@ def test_a_step_right_after_the_warm_up_is_measured_against_the_warm_up():
 @pytest.mark.parametrize("seconds", [
     [0.16, 0.19] * 10,                                      # noise: every other iteration 19 % over
     [0.16] * 6 + [0.40] * 3 + [0.16] * 11,                  # three slow ones in a row, not four
-    [0.30] * 6 + [0.16] * 14,                               # a step down: a plan settling
+    [0.24] * 6 + [0.16] * 14,                               # a step down: a plan settling (under v1's 0.21 s x 1.2)
     [0.16] * 17 + [0.40] * 3,                               # a step too late in the trial to be one
 ])
 def test_noise_a_short_burst_and_a_step_down_inside_a_trial_are_no_step(seconds):
@@ -611,6 +611,27 @@ def test_noise_a_short_burst_and_a_step_down_inside_a_trial_are_no_step(seconds)
     state, actions = feed(state, seconds[:1] * CFG.warmup + seconds, version=2)     # warm-up as it starts
     assert not notes(actions, "drift") and state.cluster == "A" and state.trial is None
     assert notes(actions, "kept")                           # judged as before: faster than v1's 0.21 s
+
+
+def test_a_trial_slow_from_the_start_is_rolled_back_before_its_verdict():
+    """Every iteration of v2 after the switch's first more than ``drift_trigger`` over v1's 0.21 s
+    median: rolled back once ``step_iterations`` of them are measured (its warm-up's count), not after
+    ``evaluate`` more; one of them under that level, and the verdict decides as before."""
+    state, actions = feed(committed_candidate(), [0.22] + [0.30] * (CFG.step_iterations - 1), version=2)
+    assert not of(actions, RollBack) and state.trial is not None
+    state, actions = feed(state, 0.30, version=2)
+    [rollback] = of(actions, RollBack)
+    assert (rollback.to_version, rollback.cause) == (1, "trial") and not notes(actions, "drift")
+    assert rollback.reason == ("v2 measured each of its 4 iterations after the switch's first more than 20.0 % over "
+                               "v1's 0.210 s (the last 0.300 s) (margin 20.0 %); rolling back to v1")
+    state, actions = feed(committed_candidate(), [0.30, 0.30, 0.25] + [0.30] * 2, version=2)
+    assert not of(actions, RollBack) and state.trial is not None
+    state, actions = feed(state, 0.30, CFG.evaluate, version=2)
+    assert "v2 measured 0.300 s over 20 iterations" in of(actions, RollBack)[0].reason
+    # paused: plans are frozen, and the verdict waits for the resume
+    state, _ = step(committed_candidate(), Pause("incident"), 0.0)
+    state, actions = feed(state, 0.30, CFG.warmup + 1, version=2)
+    assert not of(actions, RollBack) and state.trial is not None
 
 
 def restore_after_unseen_change(config, restored):
