@@ -17,26 +17,33 @@ Choosing ``burst`` and ``limit`` (measured on this kernel, 6.x, 2 cores, with
 ``tests/deploy/transfer_ranks.py``: one or three Python TCP streams between
 node namespaces; numbers are goodput as a share of the configured rate):
 
-* ``burst`` is the token bucket, the most bytes that may leave back to back.
-  veths do GSO/TSO, so TCP hands the qdisc super-packets of up to
-  ``gso_max_size`` (64 KiB); ``tbf`` splits a GSO packet larger than its
-  bucket into MTU-sized segments and releases them one by one. With a
-  one-MTU bucket (1540 B) that costs a quarter of the rate (76 % at
-  200 Mbit/s); from 16 KiB up, 200 Mbit/s reaches 95.6 %. Faster NICs need a
-  bucket worth about a millisecond of traffic, or timer granularity caps the
-  rate: at 4 Gbit/s a 64 KiB bucket gave 70 %, 500 KB (1 ms) gave 95 %. So
-  ``burst = max(80 KiB, rate x 1 ms)`` (80 KiB: one whole 64 KiB GSO packet
-  plus the per-segment headers the kernel adds to its length, so GSO packets
-  are never split). So offloads stay on; lowering them is possible without
-  ethtool (``ip link set nic0 gso_max_size N`` works on veths) but was not
-  needed. The price is accuracy at the start of a transfer: ``size`` bytes may arrive up
-  to ``burst / rate`` early (16 ms at 40 Mbit/s), which timing bounds allow.
+* ``burst`` is the token bucket, the most bytes that may leave back to back
+  at the veth's own speed, not the NIC's: after an idle spell a transfer's first
+  ``burst`` bytes arrive as if free. A real NIC never sends faster than its line
+  rate, so the bucket is kept as small as the rate allows. veths do GSO/TSO, so
+  TCP hands the qdisc super-packets of up to ``gso_max_size``; ``tbf`` splits a
+  GSO packet larger than its bucket into MTU-sized segments and releases them
+  one by one. With a one-MTU bucket (1540 B) that costs a quarter of the rate
+  (76 % at 200 Mbit/s); from 16 KiB up, 200 Mbit/s reaches 95.6 %. Faster NICs
+  need a bucket worth about a millisecond of traffic, or timer granularity caps
+  the rate: at 4 Gbit/s a 64 KiB bucket gave 70 %, 500 KB (1 ms) gave 95 %. So
+  every NIC veth's ``gso_max_size`` is 16 KiB (:data:`GSO_PACKET`; the kernel's
+  default is 64 KiB) and ``burst = max(20 KiB, rate x 1 ms)`` (20 KiB: one whole
+  GSO packet plus the per-segment headers the kernel adds to its length, so GSO
+  packets are never split). With 64 KiB GSO packets and an 80 KiB bucket, as
+  until issue 32's seventeenth session, a 128 KiB message sent 50 ms after the
+  last crossed a 200 Mbit/s NIC in 2.5 ms (2.1x its rate; back to back 5.4 ms),
+  and one slowed to 50 Mbit/s in 9.1 ms (2.3x; back to back 21.8 ms): plans of
+  many small motifs with gaps between them got line time a real NIC does not
+  give. Now 4.7 and 18.8 ms (1.15x and 1.16x), and a 4 MiB transfer still gets
+  93-95 % of the rate (a Python TCP stream between two one-rank nodes).
 * ``limit`` is the queue behind the bucket. Too short and several senders
   into one node lose packets at its download side (forwarded traffic gets no
   backpressure from TCP small queues): three senders at 200 Mbit/s got 90 %
-  with ``2 x burst`` and 95.7 % with ``4 x burst``. Too long adds queueing
-  delay under load. ``limit = max(4 x burst, rate x 5 ms)``: a full queue is
-  13 ms at 200 Mbit/s (65 ms at 40 Mbit/s) and 5 ms from 1 Gbit/s up.
+  with twice the 80 KiB bucket of 64 KiB GSO packets and 95.7 % with four times.
+  Too long adds queueing delay under load. ``limit = max(320 KiB, rate x 5 ms)``
+  (:data:`QUEUE_FLOOR`, four of those buckets, as before the smaller GSO packets):
+  a full queue is 13 ms at 200 Mbit/s (65 ms at 40 Mbit/s) and 5 ms from 1 Gbit/s up.
 
 With these, TCP reaches 95-97 % of the configured rate from 10 Mbit/s to
 4 Gbit/s, one stream or several; the rest is Ethernet/IP/TCP headers, which
@@ -102,11 +109,11 @@ from deploy.emulated.qdisc_counts import QdiscReadError, qdisc_drops_in
 from deploy.errors import DeployError
 
 NETNS_DIR = Path("/run/netns")
-GSO_PACKET = 64 * 1024
-BURST_FLOOR = GSO_PACKET + 16 * 1024
+GSO_PACKET = 16 * 1024          # every NIC veth's gso_max_size (the kernel's default is 64 KiB)
+BURST_FLOOR = GSO_PACKET + 4 * 1024
 BURST_TIME = 1e-3
 QUEUE_TIME = 5e-3
-QUEUE_BURSTS = 4
+QUEUE_FLOOR = 4 * (64 + 16) * 1024      # the shallow queue of 64 KiB GSO packets, kept as it was
 
 
 class CommandError(DeployError):
@@ -138,7 +145,7 @@ def tbf_shape(rate: float, min_limit: int = 0) -> TbfShape:
     the shallow queue, or ``min_limit`` bytes where that is deeper (a lossless
     fabric's, :class:`deploy.emulated.fabric.Fabric`)."""
     burst = max(BURST_FLOOR, round(rate * BURST_TIME))
-    limit = max(QUEUE_BURSTS * burst, round(rate * QUEUE_TIME), min_limit)
+    limit = max(QUEUE_FLOOR, round(rate * QUEUE_TIME), min_limit)
     return TbfShape(rate=rate, burst=burst, limit=limit)
 
 
@@ -306,11 +313,11 @@ def build(wiring: Wiring, created: list[str]) -> None:
         for channel in channels:
             nic = names.node_ifname(channel)
             address = names.node_address(wiring.slot, channel, node)
-            lines += [f"link set {nic} addrgenmode none", f"addr add {address}/{names.PREFIX_LENGTH} dev {nic}",
-                      f"link set {nic} up"]
+            lines += [f"link set {nic} addrgenmode none", f"link set {nic} gso_max_size {GSO_PACKET}",
+                      f"addr add {address}/{names.PREFIX_LENGTH} dev {nic}", f"link set {nic} up"]
             port = names.bridge_ifname(node, channel)
-            port_lines += [f"link set {port} addrgenmode none", f"link set {port} master {names.bridge_name(channel)}",
-                           f"link set {port} up"]
+            port_lines += [f"link set {port} addrgenmode none", f"link set {port} gso_max_size {GSO_PACKET}",
+                           f"link set {port} master {names.bridge_name(channel)}", f"link set {port} up"]
         ip_batch(lines, node_ns[node])
         set_sysctls(node_ns[node], dict(wiring.sysctls))
     ip_batch(port_lines, bridge_ns)
