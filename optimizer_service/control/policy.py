@@ -352,7 +352,7 @@ def _stepped(state: Policy, trial: Trial) -> tuple[str, int] | None:
     such split; or, for a plan
     re-installed where it ran (``known_seconds``), the last ones each that much
     over its median there, its warm-up's counted but for the switch's first iteration (in
-    35 switches of fourteen loop runs that no change overlapped, 13 of the 140 second to fifth
+    35 switches of sixteen loop runs that no change overlapped, 13 of the 140 second to fifth
     iterations measured more than 1.2x the plan's median over its next 12, never more than two
     in a row; the first iterations up to 1.43x). Only a step up: a plan's first measured iterations
     can still be slower than its later ones (a new plan settling), never the
