@@ -332,8 +332,9 @@ def _slow_from_the_start(state: Policy, trial: Trial) -> str | None:
     cfg, previous = state.config, trial.previous_seconds
     if not trial.judged or previous is None:
         return None
-    series = state.measurement.warm_seconds() + [seconds for seconds, _ in state.measurement.window]
-    if len(series) <= cfg.step_iterations or _over(series, previous * (1 + cfg.drift_trigger)) < len(series) - 1:
+    series = _since_switch(state)
+    run = _shown(series, previous * (1 + cfg.drift_trigger), cfg.step_iterations)
+    if not run or run < len(series) - 1:
         return None
     return (f"{_name(trial.version)} measured each of its {len(series) - 1} iterations after the switch's first "
             f"more than {_pct(cfg.drift_trigger)} over {_name(trial.previous)}'s {previous:.3f} s (the last "
@@ -363,8 +364,8 @@ def _stepped(state: Policy, trial: Trial) -> tuple[str, int] | None:
     k, level, new = cfg.step_iterations, 1 + cfg.drift_trigger, _name(trial.version)
     known, warm = trial.known_seconds, state.measurement.warm_seconds()
     if known is not None:
-        run = _over(warm + window, known * level)
-        if min(run, len(warm) + len(window) - 1) >= k:
+        run = _shown(warm + window, known * level, k)
+        if run:
             of_warm = max(run - len(window), 0)
             what = (f"{new}, {_reinstalled(trial)}, measured {run} iterations in a row each more than "
                     f"{_pct(cfg.drift_trigger)} over the {known:.3f} s it measured before in cluster state "
@@ -391,6 +392,18 @@ def _over(series: list[float], level: float) -> int:
     return len(list(itertools.takewhile(lambda seconds: seconds > level, reversed(series))))
 
 
+def _shown(series: list[float], level: float, k: int) -> int:
+    """How many of the last iterations since a switch (``series``, its warm-up's first), in a row, are
+    over ``level`` where that run holds ``k`` of them at least, the switch's first left out (0 otherwise)."""
+    run = _over(series, level)
+    return run if min(run, len(series) - 1) >= k else 0
+
+
+def _since_switch(state: Policy) -> list[float]:
+    """The running plan's iterations since its switch: its warm-up's, then the measured ones."""
+    return state.measurement.warm_seconds() + [seconds for seconds, _ in state.measurement.window]
+
+
 def _stale_early(state: Policy, trial: Trial) -> tuple[str, int] | None:
     """A trial's stale comparison (:func:`_stale`) seen before its verdict, as ``(what, iterations
     that show it)``, or None: the previous plan's tail before the switch was stale, and the trial's
@@ -403,10 +416,9 @@ def _stale_early(state: Policy, trial: Trial) -> tuple[str, int] | None:
     cfg, previous = state.config, trial.previous_seconds
     if not trial.judged or previous is None:
         return None
-    level, warm = 1 + cfg.drift_trigger, state.measurement.warm_seconds()
-    series = warm + [seconds for seconds, _ in state.measurement.window]
-    run = _over(series, previous * level)
-    if min(run, len(series) - 1) < cfg.step_iterations:
+    series = _since_switch(state)
+    run = _shown(series, previous * (1 + cfg.drift_trigger), cfg.step_iterations)
+    if not run:
         return None
     stale = _stale(trial, series[-1], cfg)
     if stale is None:

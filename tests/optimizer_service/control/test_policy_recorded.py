@@ -81,7 +81,7 @@ def replay(name: str) -> tuple[dict, list[tuple[int, object]]]:
                 version = action.version + 1
             elif isinstance(action, RollBack):
                 state, more = step(state, Committed(version, None, same_as=action.to_version), 0.0)
-                ran = [index for index, (_, v) in enumerate(recorded) if v == version]
+                ran = [i for i, (_, ran_version) in enumerate(recorded) if ran_version == version]
                 if ran and ran[0] + 1 != switch_step(index + 1):
                     own = (switch_step(index + 1), version, iter([recorded[i][0] for i in ran]))
                 version += 1
