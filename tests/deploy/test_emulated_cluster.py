@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.emulated import can_manage_namespaces, tbf_shape
-from deploy.emulated.netns import list_namespaces, namespace_pids, route_device
+from deploy.emulated import can_manage_namespaces, names, tbf_shape
+from deploy.emulated.netns import GSO_PACKET, list_namespaces, namespace_pids, route_device
 from optimizer_service.catalog import load_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,6 +203,20 @@ def test_cross_node_traffic_goes_through_the_shaped_nic(shaped):
     cross_s, local_s = seconds(cross), seconds(local)
     assert cross_s >= (size - burst) / NIC_RATE * 0.97, f"4 MB at 40 Mbit/s took only {cross_s:.3f} s"
     assert local_s < cross_s / 5, f"same node {local_s:.3f} s vs across nodes {cross_s:.3f} s"
+
+
+@needs_namespaces
+def test_every_nic_end_sends_small_gso_packets_under_a_small_bucket(shaped, state_root):
+    """A NIC after idle sends its bucket at the veth's speed: both ends of every NIC veth send GSO
+    packets of at most 16 KiB, so the bucket is 20 KiB, not the 80 KiB that 64 KiB packets need."""
+    up = json.loads((state_root / "up.json").read_text())
+    ends = [(node_ns, names.node_ifname(0)) for node_ns in up["namespaces"]["nodes"]]
+    ends += [(up["namespaces"]["bridge"], names.bridge_ifname(node, 0)) for node in range(up["nodes"])]
+    for namespace, ifname in ends:
+        shown = subprocess.run(["ip", "-n", namespace, "-d", "-j", "link", "show", ifname], capture_output=True,
+                               text=True, check=True).stdout
+        assert json.loads(shown)[0]["gso_max_size"] == GSO_PACKET == 16 * 1024, (namespace, ifname)
+    assert tbf_shape(NIC_RATE).burst == 20 * 1024
 
 
 # --------------------------------------------------------------------- run
