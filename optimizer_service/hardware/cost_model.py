@@ -218,11 +218,35 @@ class CostModel:
         volume = np.broadcast_to(pattern.volume * input_bytes, src.shape)
         return self.flows_seconds(src, dst, volume, pattern.rounds, pattern.reduced)
 
-    def flows_seconds(self, src: np.ndarray, dst: np.ndarray, volume: np.ndarray, rounds: int,
+    def groups_seconds(self, collective: Collective, groups: Sequence[Sequence[int]],
+                       input_bytes: Sequence[float]) -> float:
+        """Time of one step whose groups differ in size or payload: group ``g``
+        (global ids, at least two) passes ``input_bytes[g]`` per member. Its flows
+        share links with every other group's, as in :meth:`step_seconds`; a group
+        with fewer flows than the largest is padded with flows that cross no link."""
+        if len(groups) != len(input_bytes):
+            raise ValueError("groups_seconds needs one payload per group")
+        members = [np.asarray(group, dtype=np.int64) for group in groups]
+        patterns = [self._pattern(collective, group) for group in members]
+        width = max(len(pattern.src) for pattern in patterns)
+        shape = (len(members), width)
+        src, dst = np.empty(shape, dtype=np.int64), np.empty(shape, dtype=np.int64)
+        volume, reduced = np.zeros(shape), np.zeros(shape)
+        rounds = np.zeros(len(members))
+        for g, (group, pattern, nbytes) in enumerate(zip(members, patterns, input_bytes)):
+            n = len(pattern.src)
+            src[g], dst[g] = group[0], group[0]
+            src[g, :n], dst[g, :n] = group[pattern.src], group[pattern.dst]
+            volume[g, :n] = pattern.volume * float(nbytes)
+            reduced[g, :n] = pattern.reduced
+            rounds[g] = pattern.rounds
+        return self.flows_seconds(src, dst, volume, rounds, reduced)
+
+    def flows_seconds(self, src: np.ndarray, dst: np.ndarray, volume: np.ndarray, rounds: int | np.ndarray,
                       reduced: float | np.ndarray = 0.0) -> float:
         """Time of concurrent flows ``src[g, f] → dst[g, f]`` carrying ``volume[g, f]``
         bytes, of which the receiver reduces the fraction ``reduced[g, f]``, as groups
-        ``g`` of ``rounds`` sequential rounds (the module docstring)."""
+        ``g`` of ``rounds`` (or ``rounds[g]``) sequential rounds (the module docstring)."""
         src, dst = np.atleast_2d(src), np.atleast_2d(dst)
         volume = np.broadcast_to(volume, src.shape)
         if src.size == 0:

@@ -29,7 +29,11 @@ int64 one), so every op is priced with its real byte size (issue 32).
 
 :meth:`MotifCostModel.step_seconds` prices motifs that run together over
 disjoint groups (the ∥ Reduce of a tree's blocks, the groups of one P² step)
-as one simulator step, so links they share are shared exactly. Prices are
+as one simulator step, so links they share are shared exactly, whatever their
+sizes: an op's elements split over four ranks make parts that differ by an
+element where four does not divide them, and such a step was once priced as
+its largest motif alone, each of four pairs crossing one NIC with the whole
+NIC (a DDP replan was priced 35 % under what it then measured). Prices are
 cached by what they depend on (kind, ranks, part sizes, element size, window,
 channel), so the pieces of a segmented op cost one simulation.
 """
@@ -96,8 +100,10 @@ class MotifCostModel:
                tuple((m.ranks, m.element_bytes, tuple(b - a for a, b in m.ranges)) for m in group))
         cached = self._cache.get(key)
         if cached is None:
-            if first.kind is Collective.ALL_TO_ALL or len({(len(m.ranks), m.nbytes) for m in group}) > 1:
+            if first.kind is Collective.ALL_TO_ALL:
                 cached = max(self._price((m,)) for m in group)
+            elif len({(len(m.ranks), m.nbytes) for m in group}) > 1:
+                cached = self._price_mixed(group)
             else:
                 cached = self._price(group)
             self._cache[key] = cached
@@ -108,6 +114,24 @@ class MotifCostModel:
             if not 0 <= rank < self.topology.device_count:
                 raise InvalidInputError(f"motif {motif} names rank {rank}; topology {self.topology.name!r} "
                                         f"has ranks 0..{self.topology.device_count - 1}")
+
+    def _price_mixed(self, group: tuple[Motif, ...]) -> float:
+        """One simulator step for motifs of one kind and channel whose group sizes or
+        payloads differ (an op's elements split into parts that are not all equal:
+        131,585 elements over four ranks are three parts of 32,896 and one of
+        32,897). They share their links as motifs of one shape do; priced each
+        alone, four such pairs crossing one NIC got the whole NIC each."""
+        sending = [m for m in group if m.nbytes and len(m.ranks) > 1]
+        for motif in group:
+            self._check_ranks(motif)
+        if not any(m.nbytes for m in group):
+            return 0.0
+        fixed = max(self.fixed_seconds(m) for m in group if m.nbytes)
+        if not sending:
+            return fixed
+        payloads = [m.nbytes / len(m.ranks) if m.kind is Collective.ALL_GATHER else m.nbytes for m in sending]
+        model = self.model(group[0].channel)
+        return fixed + model.groups_seconds(group[0].kind, [m.ranks for m in sending], payloads)
 
     def _price(self, group: tuple[Motif, ...]) -> float:
         """One simulator step for motifs of one shape (kind, channel, group size,

@@ -1,6 +1,6 @@
 """The MCMC's restarts (``optimizer_service/syndicate/mcmc.py``, "Restarts"): the greedy chain, then
-chains from random plans, the best of all; and, on a real first window, the basin the greedy chain
-stops in with every seed."""
+chains from random plans, the best of all; on a real first window, the basin the greedy chain once
+stopped in with every seed (a mispriced step); and the ties the worst reading leaves."""
 
 from __future__ import annotations
 
@@ -71,48 +71,56 @@ def test_chains_share_the_evaluation_bound_and_the_budget_and_keep_to_the_allowe
         restarted(p, p.greedy(), budget=0)
 
 
-def test_on_a_real_first_window_restarts_leave_the_basin_the_greedy_chain_stops_in():
+def test_on_a_real_first_window_the_greedy_chain_no_longer_stops_in_the_flat_basin():
     """The DDP loop run's first search: from the greedy plan, every seed stopped in a plan that sends two
-    of the three large all-reduces flat over the second NIC (it measured 0.111 s); chains from random
-    plans find the hierarchical plans (reduce inside each node, all-reduce between node pairs) that
-    other runs' first searches found, 14 % faster by the model and measured 0.085-0.090 s."""
+    of the three large all-reduces flat over the second NIC (the plan recorded here; it measured 0.111 s),
+    and only chains from random plans found the hierarchical plans (reduce inside each node, all-reduce
+    between node pairs; measured 0.085-0.090 s in other runs). That basin was the model's: it priced the
+    four pairs of a step that crosses a NIC each with the whole NIC where their parts differ by an element
+    (131,585 elements over four ranks). Priced as sharing it, the basin's plan costs over a quarter more
+    than the hierarchical one, and greedy chains reach the latter by themselves."""
     record = search_record.read(FIRST_WINDOW)
     live = live_search(record.traces, Topology.from_yaml(record.topology_yaml), record.seed, record.evaluations)
     p, chosen = live.found.problem, live.found.chosen
     greedy = [mcmc(p, p.greedy(), seed=seed, policy=chosen.policy, framework_order=chosen.framework_order,
                    max_evaluations=record.evaluations) for seed in range(4)]
     assert chosen.name == "Syndicate" and chosen.search.evaluations > max(g.evaluations for g in greedy)
-    assert chosen.search.seconds < 0.9 * min(g.seconds for g in greedy)
+    assert min(g.seconds for g in greedy) == pytest.approx(chosen.search.seconds)
+    basin = running_choice(p, Plan.parse(record.plan_json))
+    assert basin is not None and p.cost_of(basin, chosen.policy) > 1.25 * chosen.search.seconds
     ops = json.loads(live.found.plan.to_json())["ops"]
     large = [op["plan"] for op in ops if op["kind"] == "all_reduce" and op["bytes"] > 100_000]
     assert len(large) == 3 and all("AllReduce(0,4)" in plan for plan in large)
     assert RESTARTS >= 1
 
 
-#: The first live search of another DDP loop run: a window whose worst reading prices several plans the same
+#: The first live search of another DDP loop run: a window whose worst reading priced several plans the same
 #: to the last bit; the search, before ties were broken, took a plan the fit priced at 105.3 ms (at the load
 #: on the host's cores) where others of the same cost were 102.2 ms. Run alone it measured 0.090 s; the
 #: next run's first plan, one of those others, 0.078 s.
 TIED_WINDOW = Path(__file__).parent / "data" / "ddp-tied-first-window.json"
 
 
-def test_plans_the_worst_reading_ties_are_told_apart_by_the_fit_and_every_seed_takes_the_same():
+def test_on_the_tied_window_every_seed_takes_one_plan_and_the_recorded_one_no_longer_ties():
     record = search_record.read(TIED_WINDOW)
     topology = Topology.from_yaml(record.topology_yaml)
     recorded = record.outcome["predicted_seconds"]
     found = [live_search(record.traces, topology, seed, record.evaluations) for seed in (record.seed, 1, 2)]
     assert recorded == pytest.approx(0.1053, abs=5e-5)
-    assert all(live.predicted_seconds == pytest.approx(0.1022, abs=5e-5) for live in found)
-    # the plan it took instead costs what the recorded one costs by the search's own (worst) prices
+    assert all(live.predicted_seconds == pytest.approx(found[0].predicted_seconds, abs=1e-9) for live in found)
+    assert found[0].predicted_seconds < recorded
+    # the recorded plan sends a gradient through four pairs across the second NIC whose parts differ by an
+    # element: priced as sharing the NIC (and every round at the window's slowest), it no longer ties with
+    # the plan taken, it costs over 10 % more by the search's own (worst) prices
     live = found[0]
     p, chosen = live.found.problem, live.found.chosen
     before = running_choice(p, Plan.parse(record.plan_json))
     assert before is not None and tuple(before) != chosen.choice
-    assert p.cost_of(before, chosen.policy) == pytest.approx(p.cost_of(chosen.choice, chosen.policy), rel=1e-9)
-    # without the tie-break the same chains keep the recorded plan, the first they met at that cost
+    assert p.cost_of(before, chosen.policy) > 1.1 * p.cost_of(chosen.choice, chosen.policy)
+    # without the tie-break the same chains take the same plan: the fit prefers the first of those tied
     plain = restarted(p, p.greedy(), seed=record.seed, policy=chosen.policy, framework_order=chosen.framework_order,
                       max_evaluations=record.evaluations)
-    assert plain.choice == tuple(before) and plain.tied == ()
+    assert plain.choice == chosen.choice and plain.seconds == pytest.approx(chosen.search.seconds)
 
 
 def test_a_tie_break_sees_the_search_s_own_plan_first_and_only_plans_of_its_cost():
