@@ -150,11 +150,11 @@ def fit_table(job: dict) -> list[str]:
     if other is not None:
         readings, chosen = other
 
-        def per_motif(rows: list[tuple[str, float]]) -> str:
-            return ", ".join(f"{where} {_figure(seconds, 1e3)} ms" for where, seconds in rows) + " per motif"
+        def values(rows: list[tuple[str, float]], unit: str) -> str:
+            return ", ".join(f"{where} {_figure(seconds, 1e3)} ms" for where, seconds in rows) + f" {unit}"
 
         lines.append("  chosen by the worst of this fit and the window read with "
-                     + "; and with ".join(f"{how} ({per_motif(rows)})" for how, rows in readings)
+                     + "; and with ".join(f"{how} ({values(rows, unit)})" for how, rows, unit in readings)
                      + ("" if chosen is None else f"; the chosen plan at the worst reading {_figure(chosen, 1e3)} ms"))
     return lines
 

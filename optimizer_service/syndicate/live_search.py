@@ -30,8 +30,10 @@ every run:
   every link at its calibrated rate
   (:data:`~optimizer_service.syndicate.telemetry_fit.RATE_AS_CALIBRATED`) and
   with every link at its calibrated rate and round, all the rest per motif
-  (:data:`~optimizer_service.syndicate.telemetry_fit.PER_MOTIF`). The search
-  prices every motif at the worst of the three
+  (:data:`~optimizer_service.syndicate.telemetry_fit.PER_MOTIF`), and every
+  round of every line at the slowest time per round any op of the window took
+  (:func:`~optimizer_service.syndicate.telemetry_fit.slowest_round_reading`).
+  The search prices every motif at the worst of the four
   (:class:`~optimizer_service.syndicate.motif_cost.WorstOf`) and so chooses a
   plan that gains under each; among plans the worst prices alike, the fit's
   price at the load on the host's cores decides
@@ -52,7 +54,15 @@ every run:
   measured 0.9 ms a motif and a round at 1-35 times calibrated: the truth
   between the readings. Replayed on the recorded windows of six loop runs
   (``benchmarks/replay.py``), the third reading changes only DLRM's first plans
-  (the loss reduced in two motifs, reduce-scatter and all-gather). Once a plan
+  (the loss reduced in two motifs, reduce-scatter and all-gather). Why the
+  fourth: the least squares set a round's time between what the latency-bound
+  ops measured (DLRM's 4-byte loss: 2 ms a round) and what the large ones add
+  (whose rounds overlap their bytes: about 1 ms); a first search priced a flat
+  ring over eight ranks by the latter, committed it for a gradient of 526 KB,
+  and the plan ran 0.23 s where plans that reduce inside each node before
+  crossing ran 0.19 and 0.21 s, in turns on one cluster (the ring measured
+  23 ms, priced 16); the same window searched with the fourth reading gives
+  the 0.21 s plan. Once a plan
   has run in the state, its motifs are in the window (or pooled from an
   earlier one) and the fit alone chooses.
 * **the host's cores** — the fixed costs were fitted at the window's load; a
@@ -90,6 +100,7 @@ from optimizer_service.syndicate.telemetry_fit import (
     effects,
     fit_readings,
     fit_telemetry,
+    slowest_round_reading,
 )
 from optimizer_service.syndicate.trace_window import window_dag
 
@@ -101,6 +112,9 @@ TIE_MARGIN = 1e-3
 #: The readings of a window of whole ops besides the fit's own (module docstring), by their name in
 #: :attr:`LiveSearch.fit`, and the terms each takes at its calibrated value.
 READINGS = (("other_reading", RATE_AS_CALIBRATED), ("per_motif_reading", PER_MOTIF))
+#: The fourth reading's name in :attr:`LiveSearch.fit`
+#: (:func:`~optimizer_service.syndicate.telemetry_fit.slowest_round_reading`).
+SLOWEST_ROUND = "slowest_round_reading"
 
 #: Evaluations each live search may take at most (its no-improvement rule usually stops it
 #: sooner: after its floor, :func:`optimizer_service.syndicate.mcmc.default_floor`, at most 20,000).
@@ -139,9 +153,12 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     measured_plan = plan_measured(running, calibrated)
     if measured_plan is None and prior is None:
         # Whole ops only (no plan ran in the window, none before it in this cluster state): the search
-        # chooses by the worst of three readings of the window, the prediction is the fit's (module docstring).
+        # chooses by the worst of four readings of the window, the prediction is the fit's (module docstring).
         fit, *others = fit_readings(calibrated, traces, (None, *(given for _, given in READINGS)))
         readings = {name: reading for (name, _), reading in zip(READINGS, others)}
+        slowest = slowest_round_reading(calibrated, traces)
+        if slowest is not None:
+            readings[SLOWEST_ROUND] = slowest
     else:
         fit, readings = fit_telemetry(calibrated, traces, measured_plan, prior), {}
     topology = refit(calibrated, fit)
@@ -194,7 +211,7 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     described = {**fit.to_dict(calibrated), "predicted_seconds": predicted_seconds,
                  **{name: None if name not in readings else {
                      **readings[name].to_dict(calibrated), "chosen_seconds": chosen.steady_seconds}
-                    for name, _ in READINGS},
+                    for name in (*(name for name, _ in READINGS), SLOWEST_ROUND)},
                  "effects": effects(fit, predicted) + ([] if contention is None else [
                      {"parameter": "the host's load", "predicted_seconds_without": uncontended}]),
                  "host_contention": None if contention is None else

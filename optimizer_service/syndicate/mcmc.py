@@ -40,7 +40,7 @@ against the flat plan's 0.111 s.
 
 **Ties** (``tiebreak``; our addition): the cost may be one that many plans
 share to the last bit — the live loop's first search prices every motif at the
-worst of three readings of its window
+worst of several readings of its window
 (:mod:`optimizer_service.syndicate.live_search`), and where one reading's
 critical path decides, plans that differ off it cost the same. A chain keeps
 the first plan it meets at its best cost; given ``keep_ties``, it also keeps

@@ -562,6 +562,49 @@ def fit_readings(topology: Topology, traces: Sequence[Mapping],
     return [fit_samples(samples, topology.channels, given=given, rounds=rounds) for given in givens]
 
 
+def slowest_round_reading(topology: Topology, traces: Sequence[Mapping],
+                          calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS) -> TelemetryFit | None:
+    """The fourth reading of a window of whole ops (:func:`optimizer_service.syndicate.live_search.live_search`):
+    every link at its calibrated rate, every motif at the calibrated fixed cost, and every round of
+    every line at the slowest time per round that a latency-bound op of the window measured: what it
+    took beyond its bytes and fixed cost, over its rounds, for the shapes (seen at least twice) whose
+    calibrated time is more rounds than bytes. None where the window has no such op.
+
+    Why: a latency-bound op (DLRM's 4-byte loss over eight ranks, 14 rounds) measured 2 ms a round
+    where the large ops, whose rounds overlap their bytes, make the fit's least squares say 1 ms; a
+    flat ring over eight ranks of 263 KB then measured 23 ms against the fit's 16 ms, and the search,
+    pricing its rival (reduce-scatter inside each node, four pairs across) no lower, committed the
+    ring: 0.23 s against 0.19 s for the other plan, in turns on one cluster. Why only latency-bound
+    ops: what an all-to-all takes beyond its bytes (one round, eight flows into every node at once)
+    is not its round's; read as one, it priced every round at 12 ms. A DDP window whose 4-byte op
+    ran beside the others (one sample) has no fourth reading."""
+    rounds = calibrated_rounds(topology)
+    slowest = None
+    for sample_channel, shapes in _line_shapes(passthrough_samples(topology, traces)).items():
+        per_round = rounds.get(sample_channel)
+        if not per_round:
+            continue
+        for motifs, latency, transfer, measured, count in shapes:
+            if count >= 2 and latency > transfer:
+                beyond = (measured - transfer - motifs * calibrated_motif_seconds) / (latency / per_round)
+                slowest = beyond if slowest is None else max(slowest, beyond)
+    if slowest is None:
+        return None
+
+    def line(key: int | None) -> Line:
+        scale = slowest / rounds[key] if rounds.get(key) else 1.0
+        return Line(calibrated_motif_seconds, _clamp(scale, 1.0, MAX_LATENCY_SCALE), 1.0, 0)
+
+    return TelemetryFit({c: line(c) for c in topology.channels}, line(None), calibrated_motif_seconds)
+
+
+def _line_shapes(samples: Sequence[Sample]) -> dict[int | None, list[Shape]]:
+    lines: dict[int | None, list[Sample]] = {}
+    for sample in samples:
+        lines.setdefault(sample.channel, []).append(sample)
+    return {key: _shapes(own) for key, own in lines.items()}
+
+
 #: The other reading of a window of whole ops (:func:`optimizer_service.syndicate.live_search.live_search`):
 #: every link at its calibrated rate, all that the window measured beyond it per motif.
 RATE_AS_CALIBRATED = {"rate": 1.0}

@@ -120,25 +120,28 @@ def test_jobs_show_gives_the_model_the_latest_search_fitted_and_each_values_effe
     assert {"prediction without channel 0 rate", "prediction without host motif_seconds"} <= \
         {line.split(":")[0] for line in effects}
     assert f"bound by {job['bound']['binding']}" in text
-    readings = [(how, fit[field]) for field, how in (("other_reading", "every link at its calibrated rate"),
-                                                     ("per_motif_reading", "every link at its calibrated rate and round"))]
+    readings = [(how, fit[field], value, unit) for field, how, value, unit in (
+        ("other_reading", "every link at its calibrated rate", "motif_seconds", "per motif"),
+        ("per_motif_reading", "every link at its calibrated rate and round", "motif_seconds", "per motif"),
+        ("slowest_round_reading", "every link at its calibrated rate and fixed cost", "round_seconds", "per round"))]
 
     def ms(seconds):          # three significant digits, whole from 100 ms on
         return f"{seconds * 1e3:.0f}" if seconds >= 0.1 else f"{seconds * 1e3:.3g}"
 
     said = [line.strip() for line in text.splitlines() if line.strip().startswith("chosen by the worst")]
     if readings[0][1] is None:          # the job searched again meanwhile: a later search chooses by the fit alone
-        assert said == [] and readings[1][1] is None, text
-    else:       # a cluster state's first search chose by the worst of three readings of its window
-        def motifs(reading):
-            return ", ".join(f"{where} {ms(entry['motif_seconds'])} ms" for where, entry in
+        assert said == [] and readings[1][1] is None and readings[2][1] is None, text
+    else:       # a cluster state's first search chose by the worst of four readings of its window
+        def values(reading, value):
+            return ", ".join(f"{where} {ms(entry[value])} ms" for where, entry in
                              (("channel 0", reading["channels"]["0"]), ("channel 1", reading["channels"]["1"]),
                               ("host", reading["host"])))
 
-        chosen = readings[1][1]["chosen_seconds"]
-        assert readings[0][1]["chosen_seconds"] == chosen
+        chosen = readings[2][1]["chosen_seconds"]
+        assert readings[0][1]["chosen_seconds"] == readings[1][1]["chosen_seconds"] == chosen
         assert said == ["chosen by the worst of this fit and the window read with "
-                        + "; and with ".join(f"{how} ({motifs(reading)} per motif)" for how, reading in readings)
+                        + "; and with ".join(f"{how} ({values(reading, value)} {unit})"
+                                             for how, reading, value, unit in readings)
                         + f"; the chosen plan at the worst reading {ms(chosen)} ms"], text
 
 

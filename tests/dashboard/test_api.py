@@ -214,17 +214,20 @@ def test_a_search_shows_the_model_it_fitted_and_each_values_effect(dashboard):
     assert effects == [f"prediction without {e['parameter']}: {duration(e['predicted_seconds_without'])} "
                        f"(with all: {duration(fit['predicted_seconds'])})" for e in fit["effects"]]
     assert "prediction without channel 0 rate" in page and f"bound by {job['bound']['binding']}" in page
-    other, per_motif = fit["other_reading"], fit["per_motif_reading"]     # a first search chose by three readings
+    other, per_motif = fit["other_reading"], fit["per_motif_reading"]     # a first search chose by four readings
+    slowest = fit["slowest_round_reading"]
     said = re.search(r'<p id="fit-other" class="muted">(.*?)</p>', page, re.S).group(1)
 
-    def motifs(reading):
-        return (f"channel 0 {duration(reading['channels']['0']['motif_seconds'])}, "
-                f"channel 1 {duration(reading['channels']['1']['motif_seconds'])}, "
-                f"host {duration(reading['host']['motif_seconds'])} per motif")
+    def values(reading, value="motif_seconds", unit="per motif"):
+        return (f"channel 0 {duration(reading['channels']['0'][value])}, "
+                f"channel 1 {duration(reading['channels']['1'][value])}, "
+                f"host {duration(reading['host'][value])} {unit}")
 
     assert said == ("Chosen by the worst of this fit and the window read with every link at its calibrated rate "
-                    f"({motifs(other)}); and with every link at its calibrated rate and round ({motifs(per_motif)}); "
-                    f"the chosen plan at the worst reading {duration(per_motif['chosen_seconds'])}."), said
+                    f"({values(other)}); and with every link at its calibrated rate and round ({values(per_motif)}); "
+                    "and with every link at its calibrated rate and fixed cost "
+                    f"({values(slowest, 'round_seconds', 'per round')}); "
+                    f"the chosen plan at the worst reading {duration(slowest['chosen_seconds'])}."), said
 
 
 def test_bad_input_is_one_line_with_its_field_and_stores_nothing(dashboard):

@@ -207,10 +207,12 @@ def test_a_searchs_fitted_model_appears_on_the_open_job_page(tmp_path, browser):
         assert len(effects) == len(fit["effects"]) and effects[0].startswith(
             f"prediction without {fit['effects'][0]['parameter']}: ")
         assert "bound by" in page.locator("#fit-caption").inner_text()
-        other = page.locator("#fit-other").inner_text()       # a first search: chosen by three readings
+        other = page.locator("#fit-other").inner_text()       # a first search: chosen by four readings
         assert other.startswith("Chosen by the worst of this fit and the window read with every link at its "
                                 "calibrated rate (channel 0 ") and "host " in other, other
         assert "; and with every link at its calibrated rate and round (channel 0 " in other, other
+        assert "; and with every link at its calibrated rate and fixed cost (channel 0 " in other, other
+        assert " per round); the chosen plan at the worst reading " in other, other
         with urllib.request.urlopen(f"{serve.http_url}/api/jobs/fit-job", timeout=10) as answer:
             hosts = json.load(answer)["bound"]["hosts"]
         shown = page.locator("#fit-hosts li").all_inner_texts()      # the ranks' traces carry their CPU

@@ -206,13 +206,15 @@ function jobPage(root) {
       `prediction without ${e.parameter}: ${fmt(e.predicted_seconds_without)} (with all: ${fmt(fit.predicted_seconds)})`)));
     document.getElementById("fit-hosts").replaceChildren(...hosts);
     // A first search's other readings of its window (search_view.other_readings), the same sentence as the page's.
-    const readings = [["other_reading", "every link at its calibrated rate"],
-                      ["per_motif_reading", "every link at its calibrated rate and round"]]
-      .filter(([field]) => fit[field]).map(([field, how]) => [how, fit[field]]);
+    const readings = [["other_reading", "every link at its calibrated rate", "motif_seconds", "per motif"],
+                      ["per_motif_reading", "every link at its calibrated rate and round", "motif_seconds", "per motif"],
+                      ["slowest_round_reading", "every link at its calibrated rate and fixed cost", "round_seconds",
+                       "per round"]]
+      .filter(([field]) => fit[field]).map(([field, how, value, unit]) => [how, fit[field], value, unit]);
     const chosen = readings.map(([, r]) => r.chosen_seconds).filter(s => typeof s === "number").pop();
     setText("fit-other", readings.length ? "Chosen by the worst of this fit and the window read with " +
-      readings.map(([how, r]) => `${how} (` + fitRows(r).filter(([, e]) => typeof e.motif_seconds === "number")
-        .map(([where, e]) => `${where} ${fmt(e.motif_seconds)}`).join(", ") + " per motif)").join("; and with ") +
+      readings.map(([how, r, value, unit]) => `${how} (` + fitRows(r).filter(([, e]) => typeof e[value] === "number")
+        .map(([where, e]) => `${where} ${fmt(e[value])}`).join(", ") + ` ${unit})`).join("; and with ") +
       (chosen !== undefined ? `; the chosen plan at the worst reading ${fmt(chosen)}` : "") + "." : "");
   }
 

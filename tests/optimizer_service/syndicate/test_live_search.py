@@ -22,7 +22,7 @@ from optimizer_service.syndicate.facade import plan_job
 from optimizer_service.syndicate.live_search import live_search
 from optimizer_service.syndicate.motif_cost import MotifCostModel
 from optimizer_service.syndicate.scheduler import Policy
-from optimizer_service.syndicate.telemetry_fit import TelemetryFit
+from optimizer_service.syndicate.telemetry_fit import TelemetryFit, calibrated_rounds, passthrough_samples
 from optimizer_service.syndicate.trace_dag import dag_from_traces, trace_iteration_seconds
 from optimizer_service.syndicate.trace_window import window_dag
 from optimizer_service.syndicate.transforms import spline_ring
@@ -46,11 +46,11 @@ def ring(elements: int) -> tuple:
     return tuple(motifs_of(spline_ring(comm_op(Collective.ALL_REDUCE, GROUP, elements))))
 
 
-def passthrough_traces(compute: list[float]) -> list[dict]:
-    """A job of compute, an all-to-all, compute, a large and a small all-reduce per iteration, run by the
-    inner backend; the first compute of iteration k takes ``compute[k]``."""
+def passthrough_traces(compute: list[float], small: bool = True) -> list[dict]:
+    """A job of compute, an all-to-all, compute, a large and (``small``) a small all-reduce per iteration,
+    run by the inner backend; the first compute of iteration k takes ``compute[k]``."""
     steps = [("all_to_all_single", 4 * 4 * 16_384, (comm_op(Collective.ALL_TO_ALL, GROUP, 16_384),), 0.010),
-             ("all_reduce", 4 * 1_000_000, ring(1_000_000), 0.0), ("all_reduce", 4, ring(1), 0.0)]
+             ("all_reduce", 4 * 1_000_000, ring(1_000_000), 0.0)] + ([("all_reduce", 4, ring(1), 0.0)] if small else [])
     iterations, now = [], 0.0
     for first in compute:
         ops, now = [], now + first
@@ -108,6 +108,38 @@ def test_the_first_search_chooses_by_the_worst_reading_of_whole_ops_and_predicts
     assert later["other_reading"] is None and later["per_motif_reading"] is None
 
 
+def test_the_fourth_reading_takes_every_round_at_the_slowest_the_window_measured():
+    traces = passthrough_traces([0.02] * 8)
+    first = live_search(traces, TOPOLOGY)
+    slowest = first.fit["slowest_round_reading"]
+    lines = [*slowest["channels"].values(), slowest["host"]]
+    assert all(entry["scale"] == 1.0 and entry["motif_seconds"] == pytest.approx(20e-6) for entry in lines)
+    # per op of the window: what it took beyond its bytes at the calibrated rate and a calibrated fixed cost per
+    # motif, over its rounds; the slowest of the latency-bound ops (more rounds than bytes by the calibrated
+    # model: here the 4-byte all-reduce) is every line's round, channel or host
+    rounds = calibrated_rounds(TOPOLOGY)
+    samples = passthrough_samples(TOPOLOGY, traces)
+
+    def per_round(s):
+        return (s.measured - s.transfer - s.motifs * 20e-6) / (s.latency / rounds[s.channel])
+
+    latency_bound = max(per_round(s) for s in samples if s.latency > s.transfer)
+    assert all(entry["round_seconds"] == pytest.approx(latency_bound) for entry in lines)
+    assert latency_bound > LATENCY * rounds[0]        # this host: 4 ms a motif and 10 times the calibrated round
+    # the all-to-all's excess (one round) would read as a slower round still; it is not a round's
+    assert max(per_round(s) for s in samples if s.latency <= s.transfer) > latency_bound
+    assert slowest["chosen_seconds"] == first.fit["other_reading"]["chosen_seconds"]       # the worst reading's
+    # once the cluster state has a fit, the fit alone chooses
+    later = live_search(traces, TOPOLOGY, prior=TelemetryFit.from_dict(first.fit)).fit
+    assert later["slowest_round_reading"] is None
+
+
+def test_a_window_without_a_latency_bound_op_has_no_fourth_reading():
+    traces = passthrough_traces([0.02] * 8, small=False)
+    first = live_search(traces, TOPOLOGY)
+    assert first.fit["slowest_round_reading"] is None and first.fit["per_motif_reading"] is not None
+
+
 def test_the_same_traces_give_the_same_plan_under_an_artificially_slow_clock():
     traces = passthrough_traces([0.02] * 8)
     ticks = itertools.count(step=1000.0)                 # every reading 1000 s later: any time budget is spent
@@ -129,7 +161,7 @@ def loss_motifs(plan: Plan) -> int:
     return sum(1 for motif in loss.motifs if motif.nbytes)
 
 
-def test_a_window_that_reads_its_excess_as_rounds_is_also_read_per_motif_and_the_plan_keeps_few_motifs():
+def test_a_window_that_reads_its_excess_as_rounds_is_also_read_per_motif_and_per_slowest_round():
     record = search_record.read(DLRM_FIRST_WINDOW)
     topology = Topology.from_yaml(record.topology_yaml)
     # what this window made of the search that ran in the loop: the fit and the rate-as-calibrated reading both
@@ -145,9 +177,21 @@ def test_a_window_that_reads_its_excess_as_rounds_is_also_read_per_motif_and_the
     # the third reading: rate and rounds as calibrated, the excess per motif (milliseconds)
     assert per_motif["channels"]["0"]["latency_scale"] == 1.0 and per_motif["channels"]["0"]["scale"] == 1.0
     assert per_motif["channels"]["0"]["motif_seconds"] > 1e-3
-    assert loss_motifs(live.found.plan) <= 2            # priced by the worst of three readings: two motifs
+    # the fourth: every round at the slowest a latency-bound op of the window took (the 4-byte loss itself,
+    # 1.5 ms a round against the fit's 0.95 ms)
+    slowest = live.fit["slowest_round_reading"]
+    assert slowest["channels"]["0"]["round_seconds"] > 1.3 * live.fit["channels"]["0"]["round_seconds"]
+    # priced by the worst of the four, the loss is reduced inside each node and crosses once (five motifs: two
+    # reduces, one all-reduce of a pair, two broadcasts), not through a tree of 14; and no large gradient runs as
+    # a flat ring over all eight ranks (seven rounds of a loaded host's: a 263 KB one measured 23 ms)
+    assert loss_motifs(live.found.plan) == 5
+    (loss,) = [op for op in live.found.plan.ops if op.key.nbytes == 4]
+    assert sum(1 for motif in loss.motifs if motif.kind is Collective.ALL_REDUCE and motif.nbytes) == 1
+    large = [op for op in live.found.plan.ops if op.key.kind == "all_reduce" and op.key.nbytes > 100_000]
+    assert len(large) == 3 and all(len(motif.ranks) < 8 for op in large for motif in op.motifs)
     # the prediction is still the fit's own (at the host's load), and the worst reading prices the chosen plan
     # at least as high as the fit does at the window's load
     assert live.fit["channels"]["0"]["motif_seconds"] == pytest.approx(20e-6)
     uncontended = live.fit["host_contention"]["predicted_seconds_uncontended"]
-    assert per_motif["chosen_seconds"] == live.fit["other_reading"]["chosen_seconds"] >= uncontended
+    assert per_motif["chosen_seconds"] == live.fit["other_reading"]["chosen_seconds"] == slowest["chosen_seconds"]
+    assert slowest["chosen_seconds"] >= uncontended
