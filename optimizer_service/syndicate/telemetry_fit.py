@@ -568,7 +568,8 @@ def slowest_round_reading(topology: Topology, traces: Sequence[Mapping],
     every link at its calibrated rate, every motif at the calibrated fixed cost, and every round of
     every line at the slowest time per round that a latency-bound op of the window measured: what it
     took beyond its bytes and fixed cost, over its rounds, for the shapes (seen at least twice) whose
-    calibrated time is more rounds than bytes. None where the window has no such op.
+    calibrated time is more rounds than bytes and whose motifs take more than one round each (rings
+    and trees, whose rounds follow one another). None where the window has no such op.
 
     Why: a latency-bound op (DLRM's 4-byte loss over eight ranks, 14 rounds) measured 2 ms a round
     where the large ops, whose rounds overlap their bytes, make the fit's least squares say 1 ms; a
@@ -576,8 +577,9 @@ def slowest_round_reading(topology: Topology, traces: Sequence[Mapping],
     pricing its rival (reduce-scatter inside each node, four pairs across) no lower, committed the
     ring: 0.23 s against 0.19 s for the other plan, in turns on one cluster. Why only latency-bound
     ops: what an all-to-all takes beyond its bytes (one round, eight flows into every node at once)
-    is not its round's; read as one, it priced every round at 12 ms. A DDP window whose 4-byte op
-    ran beside the others (one sample) has no fourth reading."""
+    is not its round's; read as one, it priced every round at 12 ms, and on one node (where a
+    round's calibrated 20 µs exceeds a small all-to-all's bytes) at 4 ms, its fixed cost. A DDP
+    window whose 4-byte op ran beside the others (one sample) has no fourth reading."""
     rounds = calibrated_rounds(topology)
     slowest = None
     for sample_channel, shapes in _line_shapes(passthrough_samples(topology, traces)).items():
@@ -585,8 +587,9 @@ def slowest_round_reading(topology: Topology, traces: Sequence[Mapping],
         if not per_round:
             continue
         for motifs, latency, transfer, measured, count in shapes:
-            if count >= 2 and latency > transfer:
-                beyond = (measured - transfer - motifs * calibrated_motif_seconds) / (latency / per_round)
+            op_rounds = latency / per_round
+            if count >= 2 and latency > transfer and op_rounds > motifs:
+                beyond = (measured - transfer - motifs * calibrated_motif_seconds) / op_rounds
                 slowest = beyond if slowest is None else max(slowest, beyond)
     if slowest is None:
         return None

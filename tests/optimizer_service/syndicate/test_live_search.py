@@ -22,7 +22,12 @@ from optimizer_service.syndicate.facade import plan_job
 from optimizer_service.syndicate.live_search import live_search
 from optimizer_service.syndicate.motif_cost import MotifCostModel
 from optimizer_service.syndicate.scheduler import Policy
-from optimizer_service.syndicate.telemetry_fit import TelemetryFit, calibrated_rounds, passthrough_samples
+from optimizer_service.syndicate.telemetry_fit import (
+    TelemetryFit,
+    calibrated_rounds,
+    passthrough_samples,
+    slowest_round_reading,
+)
 from optimizer_service.syndicate.trace_dag import dag_from_traces, trace_iteration_seconds
 from optimizer_service.syndicate.trace_window import window_dag
 from optimizer_service.syndicate.transforms import spline_ring
@@ -132,6 +137,29 @@ def test_the_fourth_reading_takes_every_round_at_the_slowest_the_window_measured
     # once the cluster state has a fit, the fit alone chooses
     later = live_search(traces, TOPOLOGY, prior=TelemetryFit.from_dict(first.fit)).fit
     assert later["slowest_round_reading"] is None
+
+
+def test_the_fourth_reading_takes_no_round_from_an_op_of_one_round_per_motif():
+    # on one node a round's calibrated time (the loopback's 20 µs) is more than a small all-to-all's bytes take;
+    # the 4 ms that all-to-all measured is its one motif's fixed cost, not a round's (read as one, a loopback
+    # demo's first search priced every round at 4 ms and chose a plan its fit priced 7 % over passthrough)
+    one_node = Topology.from_yaml(cluster_topology("one", 1, 4, 25e6, 25e6, 1e9))
+    iterations, now = [], 0.0
+    for _ in range(6):
+        ops = [op("all_to_all_single", 4 * 4 * 4, now + 0.01, now + 0.014, GROUP),
+               op("all_reduce", 4, now + 0.02, now + 0.0265, GROUP)]
+        iterations.append(ops)
+        now += 0.05
+    traces = [dict(trace(*iterations, rank=rank, world_size=4), started_unix=0.0) for rank in GROUP]
+    samples = passthrough_samples(one_node, traces)
+    rounds = calibrated_rounds(one_node)
+    small_all_to_all = [s for s in samples if s.motifs == 1]
+    assert small_all_to_all and all(s.latency > s.transfer for s in small_all_to_all)     # "latency-bound"
+    ring = next(s for s in samples if s.motifs == 2)
+    expected = (ring.measured - ring.transfer - 2 * 20e-6) / (ring.latency / rounds[None])    # six rounds
+    reading = slowest_round_reading(one_node, traces)
+    assert reading.host.latency_scale * rounds[None] == pytest.approx(expected)
+    assert expected < 0.0012
 
 
 def test_a_window_without_a_latency_bound_op_has_no_fourth_reading():
