@@ -100,6 +100,7 @@ from optimizer_service.syndicate.telemetry_fit import (
     effects,
     fit_readings,
     fit_telemetry,
+    passthrough_samples,
     slowest_round_reading,
 )
 from optimizer_service.syndicate.trace_window import window_dag
@@ -154,9 +155,10 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     if measured_plan is None and prior is None:
         # Whole ops only (no plan ran in the window, none before it in this cluster state): the search
         # chooses by the worst of four readings of the window, the prediction is the fit's (module docstring).
-        fit, *others = fit_readings(calibrated, traces, (None, *(given for _, given in READINGS)))
+        samples = passthrough_samples(calibrated, traces)
+        fit, *others = fit_readings(calibrated, samples, (None, *(given for _, given in READINGS)))
         readings = {name: reading for (name, _), reading in zip(READINGS, others)}
-        slowest = slowest_round_reading(calibrated, traces)
+        slowest = slowest_round_reading(calibrated, samples)
         if slowest is not None:
             readings[SLOWEST_ROUND] = slowest
     else:

@@ -553,18 +553,19 @@ def fit_telemetry(topology: Topology, traces: Sequence[Mapping], plan: Plan | No
     return fit_samples(samples, topology.channels, prior=prior, given=given, rounds=calibrated_rounds(topology))
 
 
-def fit_readings(topology: Topology, traces: Sequence[Mapping],
+def fit_readings(topology: Topology, samples: Sequence[Sample],
                  givens: Sequence[Mapping[str, float] | None]) -> list[TelemetryFit]:
-    """A window of whole ops only (no plan ran in it, no earlier fit of its cluster state)
-    fitted once per entry of ``givens`` (:func:`fit_telemetry`'s ``given``: None fits every
-    term), its samples read once."""
-    samples, rounds = passthrough_samples(topology, traces), calibrated_rounds(topology)
+    """A window of whole ops only (no plan ran in it, no earlier fit of its cluster state),
+    its :func:`passthrough_samples`, fitted once per entry of ``givens``
+    (:func:`fit_telemetry`'s ``given``: None fits every term)."""
+    rounds = calibrated_rounds(topology)
     return [fit_samples(samples, topology.channels, given=given, rounds=rounds) for given in givens]
 
 
-def slowest_round_reading(topology: Topology, traces: Sequence[Mapping],
+def slowest_round_reading(topology: Topology, samples: Sequence[Sample],
                           calibrated_motif_seconds: float = DEFAULT_DISPATCH_SECONDS) -> TelemetryFit | None:
-    """The fourth reading of a window of whole ops (:func:`optimizer_service.syndicate.live_search.live_search`):
+    """The fourth reading of a window of whole ops, its :func:`passthrough_samples`
+    (:func:`optimizer_service.syndicate.live_search.live_search`):
     every link at its calibrated rate, every motif at the calibrated fixed cost, and every round of
     every line at the slowest time per round that a latency-bound op of the window measured: what it
     took beyond its bytes and fixed cost, over its rounds, for the shapes (seen at least twice) whose
@@ -582,7 +583,7 @@ def slowest_round_reading(topology: Topology, traces: Sequence[Mapping],
     window whose 4-byte op ran beside the others (one sample) has no fourth reading."""
     rounds = calibrated_rounds(topology)
     slowest = None
-    for sample_channel, shapes in _line_shapes(passthrough_samples(topology, traces)).items():
+    for sample_channel, shapes in _line_shapes(samples).items():
         per_round = rounds.get(sample_channel)
         if not per_round:
             continue

@@ -157,7 +157,7 @@ def test_the_fourth_reading_takes_no_round_from_an_op_of_one_round_per_motif():
     assert small_all_to_all and all(s.latency > s.transfer for s in small_all_to_all)     # "latency-bound"
     ring = next(s for s in samples if s.motifs == 2)
     expected = (ring.measured - ring.transfer - 2 * 20e-6) / (ring.latency / rounds[None])    # six rounds
-    reading = slowest_round_reading(one_node, traces)
+    reading = slowest_round_reading(one_node, samples)
     assert reading.host.latency_scale * rounds[None] == pytest.approx(expected)
     assert expected < 0.0012
 
