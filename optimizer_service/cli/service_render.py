@@ -140,9 +140,14 @@ def fit_table(job: dict) -> list[str]:
                 f"({_figure(entry.get('calibrated_rate_bytes_per_s'), 1e-6)})")
         lines.append(f"  {where:<11} {_figure(entry['motif_seconds'], 1e3):>8} {round_:>22} {rate:>19} "
                      f"{entry['samples']:>7}  {entry['how']}")
-    predicted = fit.get("predicted_seconds")
+    predicted = fit.get("fit_predicted_seconds") or fit.get("predicted_seconds")
     for host in (bound or {}).get("hosts", []):
         lines.append(f"  {HostLoad.from_dict(host)}")
+    between = fit.get("predicted_between")
+    if between:
+        lines.append(f"  predicted {_figure(fit['predicted_seconds'], 1e3)} ms: the middle of the window read with all "
+                     f"its excess per motif ({_figure(between[0], 1e3)} ms) and all of it per round "
+                     f"({_figure(between[-1], 1e3)} ms); by this fit {_figure(predicted, 1e3)} ms")
     for effect in fit.get("effects", []):
         lines.append(f"  prediction without {effect['parameter']}: {effect['predicted_seconds_without'] * 1e3:.1f} ms "
                      f"(with all: {predicted * 1e3:.1f} ms)")

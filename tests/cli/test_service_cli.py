@@ -116,7 +116,7 @@ def test_jobs_show_gives_the_model_the_latest_search_fitted_and_each_values_effe
     assert rows["channel 0"][-3:] == ["rate,", "motif_seconds,", "latency"]          # HOW: all three fitted
     effects = [line.strip() for line in text.splitlines() if line.strip().startswith("prediction without")]
     assert effects == [f"prediction without {e['parameter']}: {e['predicted_seconds_without'] * 1e3:.1f} ms "
-                       f"(with all: {fit['predicted_seconds'] * 1e3:.1f} ms)" for e in fit["effects"]], text
+                       f"(with all: {fit['fit_predicted_seconds'] * 1e3:.1f} ms)" for e in fit["effects"]], text
     assert {"prediction without channel 0 rate", "prediction without host motif_seconds"} <= \
         {line.split(":")[0] for line in effects}
     assert f"bound by {job['bound']['binding']}" in text
@@ -129,8 +129,11 @@ def test_jobs_show_gives_the_model_the_latest_search_fitted_and_each_values_effe
         return f"{seconds * 1e3:.0f}" if seconds >= 0.1 else f"{seconds * 1e3:.3g}"
 
     said = [line.strip() for line in text.splitlines() if line.strip().startswith("chosen by the worst")]
+    between = [line.strip() for line in text.splitlines() if line.strip().startswith("predicted ")
+               and "the middle of the window" in line]
     if readings[0][1] is None:          # the job searched again meanwhile: a later search chooses by the fit alone
         assert said == [] and readings[1][1] is None and readings[2][1] is None, text
+        assert between == [] and fit["predicted_seconds"] == fit["fit_predicted_seconds"], text
     else:       # a cluster state's first search chose by the worst of four readings of its window
         def values(reading, value):
             return ", ".join(f"{where} {ms(entry[value])} ms" for where, entry in
@@ -143,6 +146,12 @@ def test_jobs_show_gives_the_model_the_latest_search_fitted_and_each_values_effe
                         + "; and with ".join(f"{how} ({values(reading, value)} {unit})"
                                              for how, reading, value, unit in readings)
                         + f"; the chosen plan at the worst reading {ms(chosen)} ms"], text
+        # and predicted at the middle of the window read all per motif and all per round
+        at_motif, at_round = fit["predicted_between"]
+        assert fit["predicted_seconds"] == pytest.approx((at_motif + at_round) / 2)
+        assert between == [f"predicted {ms(fit['predicted_seconds'])} ms: the middle of the window read with all its "
+                           f"excess per motif ({ms(at_motif)} ms) and all of it per round ({ms(at_round)} ms); "
+                           f"by this fit {ms(fit['fit_predicted_seconds'])} ms"], text
 
 
 def until(predicate, timeout: float):

@@ -213,6 +213,8 @@ def test_a_searchs_fitted_model_appears_on_the_open_job_page(tmp_path, browser):
         assert "; and with every link at its calibrated rate and round (channel 0 " in other, other
         assert "; and with every link at its calibrated rate and fixed cost (channel 0 " in other, other
         assert " per round); the chosen plan at the worst reading " in other, other
+        assert (" Predicted " in other and ": the middle of the window read with all its excess per motif ("
+                in other and ") and all of it per round (" in other), other
         with urllib.request.urlopen(f"{serve.http_url}/api/jobs/fit-job", timeout=10) as answer:
             hosts = json.load(answer)["bound"]["hosts"]
         shown = page.locator("#fit-hosts li").all_inner_texts()      # the ranks' traces carry their CPU

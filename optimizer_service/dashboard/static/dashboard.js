@@ -203,7 +203,8 @@ function jobPage(root) {
       `training loops ${fmt(h.step_thread_cpu_seconds)}, other threads ` +
       `${fmt(h.process_cpu_seconds - h.step_thread_cpu_seconds)} of CPU per iteration`));
     document.getElementById("fit-effects").replaceChildren(...(fit.effects || []).map(e => el("li", {},
-      `prediction without ${e.parameter}: ${fmt(e.predicted_seconds_without)} (with all: ${fmt(fit.predicted_seconds)})`)));
+      `prediction without ${e.parameter}: ${fmt(e.predicted_seconds_without)} ` +
+      `(with all: ${fmt(fit.fit_predicted_seconds || fit.predicted_seconds)})`)));
     document.getElementById("fit-hosts").replaceChildren(...hosts);
     // A first search's other readings of its window (search_view.other_readings), the same sentence as the page's.
     const readings = [["other_reading", "every link at its calibrated rate", "motif_seconds", "per motif"],
@@ -215,7 +216,10 @@ function jobPage(root) {
     setText("fit-other", readings.length ? "Chosen by the worst of this fit and the window read with " +
       readings.map(([how, r, value, unit]) => `${how} (` + fitRows(r).filter(([, e]) => typeof e[value] === "number")
         .map(([where, e]) => `${where} ${fmt(e[value])}`).join(", ") + ` ${unit})`).join("; and with ") +
-      (chosen !== undefined ? `; the chosen plan at the worst reading ${fmt(chosen)}` : "") + "." : "");
+      (chosen !== undefined ? `; the chosen plan at the worst reading ${fmt(chosen)}` : "") + "." +
+      (fit.predicted_between ? ` Predicted ${fmt(fit.predicted_seconds)}: the middle of the window read with all its ` +
+        `excess per motif (${fmt(fit.predicted_between[0])}) and all of it per round ` +
+        `(${fmt(fit.predicted_between[fit.predicted_between.length - 1])}).` : "") : "");
   }
 
   every(3 * POLL_MS, async () => {
