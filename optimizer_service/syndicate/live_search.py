@@ -71,15 +71,18 @@ every run:
   motifs with fewer rounds each was predicted high; where they put it in the
   rounds (DLRM's: 7 times the calibrated round), low. The window cannot tell,
   so a first plan (and passthrough beside it, for the policy's judgement of the
-  gain) is predicted at the middle of the reading with all of the excess per
-  motif (:data:`~optimizer_service.syndicate.telemetry_fit.PER_MOTIF`) and the
-  one with all of it per round
-  (:data:`~optimizer_service.syndicate.telemetry_fit.PER_ROUND`), which bracket
-  what a plan's motifs pay. Our reading of "predicted": the time the policy is
-  told. Over the 28 first plans of the loop benchmarks of 3-7 December, each
-  priced on the window before it ran against what it measured in the loop:
-  by the fit, mean absolute error 11.3 %, within 15 % 21 of 28, DDP's +11 % and
-  DLRM's -8 % on average; at the middle, 5.9 %, 26 of 28 (the worst 16 %).
+  gain) is predicted at the middle of the window's two readings with the rate
+  fitted and the excess beyond it all per motif
+  (:data:`~optimizer_service.syndicate.telemetry_fit.EXCESS_PER_MOTIF`) or all
+  per round (:data:`~optimizer_service.syndicate.telemetry_fit.EXCESS_PER_ROUND`),
+  which bracket what a plan's motifs pay. Our reading of "predicted": the time
+  the policy is told. Over the 28 first plans of the loop benchmarks of 3-7
+  December, each priced on the window before it ran against what it measured
+  in the loop: by the fit, mean absolute error 11.3 %, within 15 % 21 of 28,
+  DDP's +11 % and DLRM's -8 % on average; at the middle, 5.8 %, 27 of 28 (the
+  worst 16 %). Passthrough's price moves by at most 1.3 points over 46 first
+  windows (every reading is fitted to it); with the rate as calibrated, as the
+  third reading has it, FSDP2's would have moved from +6 % to -17 %.
   The search still chooses by the worst of the readings, and the fit's own
   prediction and each fitted value's effect on it stay in :attr:`LiveSearch.fit`.
 * **the host's cores** — the fixed costs were fitted at the window's load; a
@@ -111,8 +114,9 @@ from optimizer_service.syndicate.problem import Problem
 from optimizer_service.syndicate.refit import refit
 from optimizer_service.syndicate.scheduler import Policy
 from optimizer_service.syndicate.telemetry_fit import (
+    EXCESS_PER_MOTIF,
+    EXCESS_PER_ROUND,
     PER_MOTIF,
-    PER_ROUND,
     RATE_AS_CALIBRATED,
     TelemetryFit,
     effects,
@@ -134,9 +138,9 @@ READINGS = (("other_reading", RATE_AS_CALIBRATED), ("per_motif_reading", PER_MOT
 #: The fourth reading's name in :attr:`LiveSearch.fit`
 #: (:func:`~optimizer_service.syndicate.telemetry_fit.slowest_round_reading`).
 SLOWEST_ROUND = "slowest_round_reading"
-#: The reading that puts all of a first window's excess in the rounds (:data:`PER_ROUND`), by its name in
-#: :attr:`LiveSearch.fit`: a first plan's prediction is the middle of it and the per-motif reading's.
-PER_ROUND_READING = "per_round_reading"
+#: The readings a first plan is predicted between (module docstring), in :attr:`LiveSearch.fit`'s
+#: ``prediction_readings`` and ``predicted_between`` in this order.
+BRACKET = (EXCESS_PER_MOTIF, EXCESS_PER_ROUND)
 
 #: Evaluations each live search may take at most (its no-improvement rule usually stops it
 #: sooner: after its floor, :func:`optimizer_service.syndicate.mcmc.default_floor`, at most 20,000).
@@ -177,10 +181,9 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
         # Whole ops only (no plan ran in the window, none before it in this cluster state): the search
         # chooses by the worst of four readings of the window, the prediction is the fit's (module docstring).
         samples = passthrough_samples(calibrated, traces)
-        fit, *others, per_round = fit_readings(calibrated, samples,
-                                               (None, *(given for _, given in READINGS), PER_ROUND))
+        fit, *others = fit_readings(calibrated, samples, (None, *(given for _, given in READINGS), *BRACKET))
         readings = {name: reading for (name, _), reading in zip(READINGS, others)}
-        bracket: tuple[TelemetryFit, ...] = (readings["per_motif_reading"], per_round)
+        bracket: tuple[TelemetryFit, ...] = tuple(others[len(READINGS):])
         slowest = slowest_round_reading(calibrated, samples)
         if slowest is not None:
             readings[SLOWEST_ROUND] = slowest
@@ -243,7 +246,7 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
 
     uncontended = priced(problem, fit, 1.0, chosen.choice, chosen.policy, chosen.framework_order)
     described = {**fit.to_dict(calibrated), "predicted_seconds": predicted_seconds, "fit_predicted_seconds": fit_seconds,
-                 PER_ROUND_READING: bracket[1].to_dict(calibrated) if bracket else None,
+                 "prediction_readings": [reading.to_dict(calibrated) for reading in bracket] or None,
                  "predicted_between": [at_load(chosen.choice, chosen.policy, chosen.framework_order, reading)[0]
                                        for reading in bracket] or None,
                  **{name: None if name not in readings else {

@@ -615,10 +615,13 @@ RATE_AS_CALIBRATED = {"rate": 1.0}
 #: The third reading: every link at its calibrated rate and its calibrated time per round, all that the
 #: window measured beyond them per motif (the fixed cost a plan of many motifs pays again for each).
 PER_MOTIF = {"rate": 1.0, "latency": 1.0}
-#: The third reading's opposite: every link at its calibrated rate and fixed cost per motif, all that the
-#: window measured beyond them per round (what a plan of motifs with fewer rounds each pays less of). A
-#: first plan is predicted between the two (:func:`optimizer_service.syndicate.live_search.live_search`).
-PER_ROUND = {"rate": 1.0, "motif_seconds": DEFAULT_DISPATCH_SECONDS}
+#: The two readings a first plan is predicted between (:func:`optimizer_service.syndicate.live_search.live_search`):
+#: the rate fitted, every round at its calibrated time and all the rest per motif; the rate fitted, every
+#: motif at its calibrated fixed cost and all the rest per round (what a plan of motifs with fewer rounds
+#: each pays less of). Unlike the third reading's, their rate is the window's: it prices the bytes of
+#: passthrough's large ops as the fit does (FSDP2's windows fit channel 0 at half its calibrated rate).
+EXCESS_PER_MOTIF = {"latency": 1.0}
+EXCESS_PER_ROUND = {"motif_seconds": DEFAULT_DISPATCH_SECONDS}
 
 
 def effects(fit: TelemetryFit, price: Callable[[TelemetryFit], float]) -> list[dict]:

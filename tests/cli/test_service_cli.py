@@ -149,9 +149,9 @@ def test_jobs_show_gives_the_model_the_latest_search_fitted_and_each_values_effe
         # and predicted at the middle of the window read all per motif and all per round
         at_motif, at_round = fit["predicted_between"]
         assert fit["predicted_seconds"] == pytest.approx((at_motif + at_round) / 2)
-        assert between == [f"predicted {ms(fit['predicted_seconds'])} ms: the middle of the window read with all its "
-                           f"excess per motif ({ms(at_motif)} ms) and all of it per round ({ms(at_round)} ms); "
-                           f"by this fit {ms(fit['fit_predicted_seconds'])} ms"], text
+        assert between == [(f"predicted {ms(fit['predicted_seconds'])} ms: the middle of the window read with all its "
+                            f"excess per motif ({ms(at_motif)} ms) and all of it per round ({ms(at_round)} ms); "
+                            f"by this fit {ms(fit['fit_predicted_seconds'])} ms")], text
 
 
 def until(predicate, timeout: float):

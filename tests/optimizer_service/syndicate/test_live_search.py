@@ -108,9 +108,10 @@ def test_the_first_search_chooses_by_the_worst_reading_of_whole_ops_and_predicts
     assert other["chosen_seconds"] == per_motif["chosen_seconds"] >= first.predicted_seconds
     assert first.found.plan.predicted_iteration_seconds == first.predicted_seconds
     # predicted at the middle of the window read with all its excess per motif and all of it per round
-    per_round = first.fit["per_round_reading"]
-    assert all(entry["scale"] == 1.0 and entry["motif_seconds"] == pytest.approx(per_round["calibrated_motif_seconds"])
-               for entry in per_round["channels"].values())
+    per_motif_, per_round = first.fit["prediction_readings"]      # the rate as fitted, the rest one way or the other
+    assert per_round["channels"]["0"]["motif_seconds"] == pytest.approx(per_round["calibrated_motif_seconds"])
+    assert per_round["channels"]["0"]["latency_scale"] > 1.0 and per_motif_["channels"]["0"]["latency_scale"] == 1.0
+    assert all(reading["channels"]["0"]["scale"] > 1.0 for reading in (per_motif_, per_round))    # the window's rate
     at_motif, at_round = first.fit["predicted_between"]
     assert first.predicted_seconds == pytest.approx((at_motif + at_round) / 2)
     assert min(at_motif, at_round) < first.predicted_seconds < max(at_motif, at_round)
@@ -118,7 +119,7 @@ def test_the_first_search_chooses_by_the_worst_reading_of_whole_ops_and_predicts
     prior = TelemetryFit.from_dict(first.fit)
     later = live_search(traces, TOPOLOGY, prior=prior).fit
     assert later["other_reading"] is None and later["per_motif_reading"] is None
-    assert later["per_round_reading"] is None and later["predicted_between"] is None
+    assert later["prediction_readings"] is None and later["predicted_between"] is None
     assert later["predicted_seconds"] == later["fit_predicted_seconds"]
 
 
