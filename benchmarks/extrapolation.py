@@ -10,7 +10,10 @@ window's DAG and load (as the first search priced its plan:
 :func:`optimizer_service.syndicate.live_search.live_search`, at the load the plan puts on the
 host's cores) with:
 
-* the first window's fit (for the first search's own plan, its prediction);
+* the first window's fit;
+* the middle of the first window's two readings, the excess beyond the fitted rate all per motif
+  and all per round (:data:`optimizer_service.syndicate.live_search.BRACKET`): how a first search
+  predicts its plan (for the first search's own plan, its prediction);
 * the same with the lines the window has no sample of at their calibrated time per round, as
   the service priced them until they took the fitted lines' (``Line.round_shared``);
 * each line (channel 0, 1, …, host) taken from the later window's fit, one at a time;
@@ -47,13 +50,17 @@ from optimizer_service.plan import Plan
 from optimizer_service.service import search_record
 from optimizer_service.syndicate.host_contention import Contention, contended_seconds
 from optimizer_service.syndicate.host_load import host_loads
-from optimizer_service.syndicate.live_search import plan_measured
+from optimizer_service.syndicate.live_search import BRACKET, plan_measured
 from optimizer_service.syndicate.plan_import import running_choice
 from optimizer_service.syndicate.problem import Problem
 from optimizer_service.syndicate.refit import refit
 from optimizer_service.syndicate.scheduler import Policy
-from optimizer_service.syndicate.telemetry_fit import TelemetryFit, fit_telemetry
+from optimizer_service.syndicate.telemetry_fit import TelemetryFit, fit_readings, fit_telemetry, passthrough_samples
 from optimizer_service.syndicate.trace_window import window_dag
+
+
+#: The row of a first window's prediction (module docstring).
+MIDDLE = "the middle of the first window's two readings"
 
 
 def _read(path: Path) -> search_record.SearchRecord:
@@ -122,8 +129,12 @@ def extrapolate(first_path: Path, later_path: Path, demo: dict[int, dict] | None
 
     row = (demo or {}).get(plan.version) or {}
     truth = row.get("measured_iteration_seconds")
+    priced = [(name, price(fit)) for name, fit in variants(first_fit, later_fit)]
+    if not first.running_plan_json and not first.prior_fit:      # a cluster state's first window: whole ops only
+        bracket = fit_readings(topology, passthrough_samples(topology, first.traces), BRACKET)
+        priced.insert(1, (MIDDLE, sum(price(reading) for reading in bracket) / len(bracket)))
     rows = [{"fit": name, "seconds": seconds, "error": None if not truth else seconds / truth - 1}
-            for name, seconds in ((name, price(fit)) for name, fit in variants(first_fit, later_fit))]
+            for name, seconds in priced]
     return {"first": str(first_path), "later": str(later_path), "job_id": first.job_id, "cluster": first.cluster,
             "plan_version": plan.version, "first_window_seconds": measured,
             "first_recorded_predicted_seconds": first.outcome.get("predicted_seconds"),

@@ -445,7 +445,9 @@ def test_extrapolation_prices_a_plan_on_the_first_window_line_by_line(tmp_path, 
     report = json.loads((tmp_path / "out" / "extrapolation.json").read_text())
     rows = {row["fit"]: row for row in report["rows"]}
     assert report["first_plan_is_priced"] and report["plan_version"] == 1 and report["measured_seconds"] == 0.05
-    assert rows["the first window's fit"]["seconds"] == pytest.approx(outcome.predicted_seconds, rel=1e-9)
+    # a first window: the plan is predicted at the middle of its two readings, beside the fit's own price
+    assert rows[extrapolation.MIDDLE]["seconds"] == pytest.approx(outcome.predicted_seconds, rel=1e-9)
+    assert rows["the first window's fit"]["seconds"] == pytest.approx(outcome.fit["fit_predicted_seconds"], rel=1e-9)
     assert set(rows) >= {"the same, unsampled rounds as calibrated", "channel 0 from the later window",
                          "channel 1 from the later window", "host from the later window",
                          "unsampled lines from the later window", "the later window's fit"}
