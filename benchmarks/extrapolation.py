@@ -58,7 +58,6 @@ from optimizer_service.syndicate.scheduler import Policy
 from optimizer_service.syndicate.telemetry_fit import TelemetryFit, fit_readings, fit_telemetry, passthrough_samples
 from optimizer_service.syndicate.trace_window import window_dag
 
-
 #: The row of a first window's prediction (module docstring).
 MIDDLE = "the middle of the first window's two readings"
 

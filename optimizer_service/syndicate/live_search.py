@@ -76,13 +76,17 @@ every run:
   (:data:`~optimizer_service.syndicate.telemetry_fit.EXCESS_PER_MOTIF`) or all
   per round (:data:`~optimizer_service.syndicate.telemetry_fit.EXCESS_PER_ROUND`),
   which bracket what a plan's motifs pay. Our reading of "predicted": the time
-  the policy is told. Over the 28 first plans of the loop benchmarks of 3-7
-  December, each priced on the window before it ran against what it measured
-  in the loop: by the fit, mean absolute error 11.3 %, within 15 % 21 of 28,
-  DDP's +11 % and DLRM's -8 % on average; at the middle, 5.8 %, 27 of 28 (the
-  worst 16 %). Passthrough's price moves by at most 1.3 points over 46 first
-  windows (every reading is fitted to it); with the rate as calibrated, as the
-  third reading has it, FSDP2's would have moved from +6 % to -17 %.
+  the policy is told. Over the 47 first plans of the lossless loop benchmarks
+  of 3-7 December, each priced on the window before it ran against what it
+  measured in the loop (``benchmarks/extrapolation.py``): by the fit, mean
+  absolute error 9.7 %, within 15 % 40 of 47 (DDP's 23: +7.9 % on average,
+  19 within); at the middle, 6.6 % and 42 (DDP's -0.4 %, 22 within; DLRM's 22:
+  8.5 -> 6.9 %, 20 -> 19 within, the plans that move out being runs' of 3-5
+  December that the per-motif reading prices 27-33 % high; the seven since
+  the cost model of 7 December: 11.6 -> 3.4 %). Passthrough's price moves
+  by at most 1.3 points over 46 first windows (every reading is fitted to it);
+  with the rate as calibrated, as the third reading has it, FSDP2's would have
+  moved from +6 % to -17 %.
   The search still chooses by the worst of the readings, and the fit's own
   prediction and each fitted value's effect on it stay in :attr:`LiveSearch.fit`.
 * **the host's cores** — the fixed costs were fitted at the window's load; a
