@@ -378,8 +378,8 @@ def test_a_jobs_latest_search_shows_its_fitted_model_and_bound_and_a_restart_rea
     assert {"channel 0 motif_seconds", "channel 0 latency", "channel 0 rate"} <= set(effects)
     # every fitted value is a cost: back at its calibrated value the chosen plan is predicted faster, or as fast
     # where it runs nothing that value prices (the first search chooses by every reading of the window)
-    assert all(without <= fit["predicted_seconds"] for without in effects.values())
-    assert any(without < fit["predicted_seconds"] for without in effects.values())
+    assert all(without <= fit["fit_predicted_seconds"] for without in effects.values())
+    assert any(without < fit["fit_predicted_seconds"] for without in effects.values())
     assert all(entry["scale"] == 1.0 for entry in fit["other_reading"]["channels"].values())     # links as calibrated
     assert 0 < bound["seconds"] == search["bound_seconds"] <= search["predicted_seconds"] and bound["binding"]
 

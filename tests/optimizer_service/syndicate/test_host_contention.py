@@ -50,11 +50,13 @@ def test_the_most_loaded_host_counts():
 def test_the_live_search_predicts_the_plan_and_passthrough_at_their_own_load():
     traces = passthrough_traces([0.02] * 8)
     bare = live_search(traces, TOPOLOGY)
-    # a first search chooses by the worst of three readings of the window and predicts with the fit's
+    # a first search chooses by the worst of the readings of its window and predicts at the middle of two
+    # (test_live_search); the fit's own price is kept beside it
     chosen, fit = bare.found.chosen, TelemetryFit.from_dict(bare.fit)
     by_fit = bare.found.problem.steady_seconds_priced(fit.motif_cost(refit(TOPOLOGY, fit)), chosen.choice,
                                                       chosen.policy, chosen.framework_order)
-    assert bare.fit["host_contention"] is None and bare.predicted_seconds == pytest.approx(by_fit, rel=1e-12)
+    assert bare.fit["host_contention"] is None and bare.fit["fit_predicted_seconds"] == pytest.approx(by_fit, rel=1e-12)
+    assert bare.predicted_seconds == pytest.approx(sum(bare.fit["predicted_between"]) / 2, rel=1e-12)
     assert by_fit <= chosen.steady_seconds
     window = bare.measured_seconds
     for t in traces:                          # the ranks kept the host's 2 cores 60 % busy over the window
@@ -66,7 +68,7 @@ def test_the_live_search_predicts_the_plan_and_passthrough_at_their_own_load():
     assert contention["window_busy"] == pytest.approx(0.6)
     assert contention["predicted_seconds_uncontended"] == pytest.approx(by_fit)
     if by_fit < window:               # a faster plan: busier cores, dearer motifs
-        assert contention["factor"] > 1 and live.predicted_seconds > by_fit
+        assert contention["factor"] > 1 and live.fit["fit_predicted_seconds"] > by_fit
     assert live.fit["predicted_seconds"] == live.predicted_seconds == live.found.plan.predicted_iteration_seconds
     assert live.running_seconds == pytest.approx(bare.running_seconds, rel=0.05)   # passthrough at its own load
     effects = {e["parameter"]: e["predicted_seconds_without"] for e in live.fit["effects"]}
