@@ -183,7 +183,7 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     measured_plan = plan_measured(running, calibrated)
     if measured_plan is None and prior is None:
         # Whole ops only (no plan ran in the window, none before it in this cluster state): the search
-        # chooses by the worst of four readings of the window, the prediction is the fit's (module docstring).
+        # chooses by the worst of four readings of the window and predicts between two others (module docstring).
         samples = passthrough_samples(calibrated, traces)
         fit, *others = fit_readings(calibrated, samples, (None, *(given for _, given in READINGS), *BRACKET))
         readings = {name: reading for (name, _), reading in zip(READINGS, others)}
@@ -242,7 +242,8 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
         running_seconds = None if choice is None else predict(choice, Policy.CRITICAL_PATH)
     chosen = found.chosen
     fit_seconds, factor = at_load(chosen.choice, chosen.policy, chosen.framework_order)
-    predicted_seconds = predict(chosen.choice, chosen.policy, chosen.framework_order)
+    between = [at_load(chosen.choice, chosen.policy, chosen.framework_order, reading)[0] for reading in bracket]
+    predicted_seconds = sum(between) / len(between) if between else fit_seconds     # as predict() takes it
     found = replace(found, plan=replace(found.plan, predicted_iteration_seconds=predicted_seconds))
 
     def predicted(changed: TelemetryFit) -> float:
@@ -251,8 +252,7 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     uncontended = priced(problem, fit, 1.0, chosen.choice, chosen.policy, chosen.framework_order)
     described = {**fit.to_dict(calibrated), "predicted_seconds": predicted_seconds, "fit_predicted_seconds": fit_seconds,
                  "prediction_readings": [reading.to_dict(calibrated) for reading in bracket] or None,
-                 "predicted_between": [at_load(chosen.choice, chosen.policy, chosen.framework_order, reading)[0]
-                                       for reading in bracket] or None,
+                 "predicted_between": between or None,
                  **{name: None if name not in readings else {
                      **readings[name].to_dict(calibrated), "chosen_seconds": chosen.steady_seconds}
                     for name in (*(name for name, _ in READINGS), SLOWEST_ROUND)},
