@@ -50,12 +50,12 @@ from optimizer_service.plan import Plan
 from optimizer_service.service import search_record
 from optimizer_service.syndicate.host_contention import Contention, contended_seconds
 from optimizer_service.syndicate.host_load import host_loads
-from optimizer_service.syndicate.live_search import BRACKET, plan_measured
+from optimizer_service.syndicate.live_search import first_window_readings, middle, plan_measured
 from optimizer_service.syndicate.plan_import import running_choice
 from optimizer_service.syndicate.problem import Problem
 from optimizer_service.syndicate.refit import refit
 from optimizer_service.syndicate.scheduler import Policy
-from optimizer_service.syndicate.telemetry_fit import TelemetryFit, fit_readings, fit_telemetry, passthrough_samples
+from optimizer_service.syndicate.telemetry_fit import TelemetryFit, fit_telemetry
 from optimizer_service.syndicate.trace_window import window_dag
 
 #: The row of a first window's prediction (module docstring).
@@ -130,8 +130,8 @@ def extrapolate(first_path: Path, later_path: Path, demo: dict[int, dict] | None
     truth = row.get("measured_iteration_seconds")
     priced = [(name, price(fit)) for name, fit in variants(first_fit, later_fit)]
     if not first.running_plan_json and not first.prior_fit:      # a cluster state's first window: whole ops only
-        bracket = fit_readings(topology, passthrough_samples(topology, first.traces), BRACKET)
-        priced.insert(1, (MIDDLE, sum(price(reading) for reading in bracket) / len(bracket)))
+        _, _, bracket = first_window_readings(first.traces, topology)
+        priced.insert(1, (MIDDLE, middle([price(reading) for reading in bracket])))
     rows = [{"fit": name, "seconds": seconds, "error": None if not truth else seconds / truth - 1}
             for name, seconds in priced]
     return {"first": str(first_path), "later": str(later_path), "job_id": first.job_id, "cluster": first.cluster,

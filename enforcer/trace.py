@@ -34,6 +34,10 @@ the optimizer service switched this rank to (``iteration``, ``version``, and
 cores the rank shares with which others, and ``cpu`` what each iteration took
 of them (``iteration``, ``wall``, ``process_cpu``, ``step_thread_cpu``;
 :mod:`enforcer.host_cpu`), one record per iteration that ended with ``step``.
+``inner_backends`` names the default group's inner backend per device
+(``{"cpu": "gloo"}``): what an op no plan enforces runs on, which the service
+prices it by (gloo's reduce-scatter is an all-reduce;
+:mod:`optimizer_service.syndicate.library_ops`).
 
 Who reads a trace (the link's telemetry and trace windows, ``enforcer.trace()``,
 the metrics, the export at exit) sees a :class:`TraceReader`. Its Python
@@ -103,6 +107,8 @@ class TraceReader(ABC):
         self.bypassed: Counter[str] = Counter()
         self.switches: list[dict] = []     # plans the optimizer service switched to, at which iteration
         self.host = host()
+        #: the default group's inner backend per device ({"cpu": "gloo"}): what an op not enforced runs on
+        self.inner_backends: dict[str, str] = {}
         self._clock = CpuClock()
         self._cpu: deque[dict] = deque(maxlen=CPU_RECORDS)
         self._idle: deque[tuple[float, float]] = deque(maxlen=IDLE_RECORDS)
@@ -256,6 +262,7 @@ class TraceReader(ABC):
             "bypassed": dict(self.bypassed),
             "switches": list(self.switches),
             "host": dict(self.host),
+            "inner_backends": dict(self.inner_backends),
             "cpu": self._cpu_records(),
         }
 

@@ -56,6 +56,8 @@ class NativeGroup(GroupCore):
             tracer = state.reset_tracer(rank if self.is_default else tracer.rank,
                                         size if self.is_default else tracer.world_size, NativeTracer)
         self.tracer = tracer
+        if self.is_default:
+            tracer.inner_backends = dict(self.inner_names)
         self._runtime = None
         self.backend = _native.EnforcerBackend(rank, size, tracer.native, tracer.native.add_group(list(ranks), name),
                                                inner)

@@ -95,6 +95,8 @@ class EnforcerGroup(ProcessGroup, GroupCore):
         self._default_device = "cpu" if "cpu" in self._inner else next(iter(self._inner))
         self._cpu = self._inner.get("cpu")
         self.tracer = state.reset_tracer(rank, size) if self.is_default else state.tracer()
+        if self.is_default:
+            self.tracer.inner_backends = dict(self.inner_names)
         self.runtime = None                     # enforcer.runtime.plan_runtime.PlanRuntime once a plan is installed
         groups.register(self)
 

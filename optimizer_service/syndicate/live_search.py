@@ -89,6 +89,14 @@ every run:
   moved from +6 % to -17 %.
   The search still chooses by the worst of the readings, and the fit's own
   prediction and each fitted value's effect on it stay in :attr:`LiveSearch.fit`.
+* **passthrough as the inner backend runs it** — passthrough is every op's
+  first option (the library's algorithm, whole, on channel 0) in the program's
+  order, except that gloo reduces and scatters by a full AllReduce
+  (:mod:`optimizer_service.syndicate.library_ops`): its reduce-scatters are
+  priced as that, in the fit's samples and in passthrough's price, and a
+  plan's (rings) at the rate the window fitted. FSDP2's first windows had read
+  them as channel 0 at half its calibrated rate and predicted their first
+  plans 14-27 % high.
 * **the host's cores** — the fixed costs were fitted at the window's load; a
   plan's and the running plan's predictions are taken at the load each puts on
   the cores the ranks share
@@ -112,6 +120,7 @@ from optimizer_service.plan.plan import Plan
 from optimizer_service.syndicate.facade import JobPlan, plan_job
 from optimizer_service.syndicate.host_contention import Contention, contended_seconds
 from optimizer_service.syndicate.host_load import host_loads
+from optimizer_service.syndicate.library_ops import library_dag, reduce_scatter_by_all_reduce
 from optimizer_service.syndicate.motif_cost import WorstOf
 from optimizer_service.syndicate.plan_import import running_choice
 from optimizer_service.syndicate.problem import Problem
@@ -173,6 +182,25 @@ def plan_measured(running: Plan | None, calibrated: Topology) -> Plan | None:
     return running if running is not None and running.ops and running.world_size == calibrated.device_count else None
 
 
+def first_window_readings(traces: Sequence[Mapping], calibrated: Topology) -> tuple[
+        TelemetryFit, dict[str, TelemetryFit], tuple[TelemetryFit, ...]]:
+    """A cluster state's first window (whole ops only, module docstring): its fit, the other readings
+    the search chooses by (the worst of all four), and the two its plans are predicted between
+    (:data:`BRACKET`, whose prices :func:`middle` takes)."""
+    samples = passthrough_samples(calibrated, traces)
+    fit, *others = fit_readings(calibrated, samples, (None, *(given for _, given in READINGS), *BRACKET))
+    readings = {name: reading for (name, _), reading in zip(READINGS, others)}
+    slowest = slowest_round_reading(calibrated, samples)
+    if slowest is not None:
+        readings[SLOWEST_ROUND] = slowest
+    return fit, readings, tuple(others[len(READINGS):])
+
+
+def middle(prices: Sequence[float]) -> float:
+    """A first plan's prediction from its prices under the :data:`BRACKET` readings: their middle."""
+    return sum(prices) / len(prices)
+
+
 def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
                 evaluations: int = LIVE_EVALUATIONS, running: Plan | None = None,
                 prior: TelemetryFit | None = None, clock: Callable[[], float] = time.perf_counter) -> LiveSearch:
@@ -182,15 +210,8 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     times the searches (their ``elapsed``), it never stops one."""
     measured_plan = plan_measured(running, calibrated)
     if measured_plan is None and prior is None:
-        # Whole ops only (no plan ran in the window, none before it in this cluster state): the search
-        # chooses by the worst of four readings of the window and predicts between two others (module docstring).
-        samples = passthrough_samples(calibrated, traces)
-        fit, *others = fit_readings(calibrated, samples, (None, *(given for _, given in READINGS), *BRACKET))
-        readings = {name: reading for (name, _), reading in zip(READINGS, others)}
-        bracket: tuple[TelemetryFit, ...] = tuple(others[len(READINGS):])
-        slowest = slowest_round_reading(calibrated, samples)
-        if slowest is not None:
-            readings[SLOWEST_ROUND] = slowest
+        # Whole ops only (no plan ran in the window, none before it in this cluster state)
+        fit, readings, bracket = first_window_readings(traces, calibrated)
     else:
         fit, readings, bracket = fit_telemetry(calibrated, traces, measured_plan, prior), {}, ()
     topology = refit(calibrated, fit)
@@ -223,27 +244,31 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
     problem = found.problem
 
     def at_load(choice: list[int], policy: Policy, framework_order: bool = False,
-                reading: TelemetryFit = fit) -> tuple[float, float]:
+                reading: TelemetryFit = fit, on: Problem = problem) -> tuple[float, float]:
         """The time of ``choice`` by ``reading`` at the load it puts on the host's cores (:mod:`.host_contention`)."""
-        return contended_seconds(lambda k: priced(problem, reading, k, choice, policy, framework_order), contention)
+        return contended_seconds(lambda k: priced(on, reading, k, choice, policy, framework_order), contention)
 
-    def predict(choice: list[int], policy: Policy, framework_order: bool = False) -> float:
+    def predict(choice: list[int], policy: Policy, framework_order: bool = False, on: Problem = problem) -> float:
         """The time of ``choice`` the policy is told: a first window's, the middle of the two readings
         that put all its excess per motif and all of it per round (module docstring); else the fit's."""
         if not bracket:
-            return at_load(choice, policy, framework_order)[0]
-        return sum(at_load(choice, policy, framework_order, reading)[0] for reading in bracket) / len(bracket)
+            return at_load(choice, policy, framework_order, on=on)[0]
+        return middle([at_load(choice, policy, framework_order, reading, on)[0] for reading in bracket])
 
     # Nothing planned runs every op's first option (the library's own algorithm, whole, on
-    # channel 0) in the program's order: gloo's ring, not FIFO's greedy pick among P²'s programs.
-    running_seconds: float | None = predict([0] * len(problem.options), Policy.FIFO, framework_order=True)
+    # channel 0) in the program's order: gloo's ring, not FIFO's greedy pick among P²'s programs;
+    # and gloo's ReduceScatter is an AllReduce (:mod:`.library_ops`).
+    library = library_dag(dag, reduce_scatter_by_all_reduce(traces))
+    passthrough = problem if library is None else Problem(library, problem.cost, with_programs=False)
+    running_seconds: float | None = predict([0] * len(passthrough.options), Policy.FIFO, framework_order=True,
+                                            on=passthrough)
     if running is not None and running.ops:
         choice = running_choice(problem, running)
         running_seconds = None if choice is None else predict(choice, Policy.CRITICAL_PATH)
     chosen = found.chosen
     fit_seconds, factor = at_load(chosen.choice, chosen.policy, chosen.framework_order)
     between = [at_load(chosen.choice, chosen.policy, chosen.framework_order, reading)[0] for reading in bracket]
-    predicted_seconds = sum(between) / len(between) if between else fit_seconds     # as predict() takes it
+    predicted_seconds = middle(between) if between else fit_seconds     # as predict() takes it
     found = replace(found, plan=replace(found.plan, predicted_iteration_seconds=predicted_seconds))
 
     def predicted(changed: TelemetryFit) -> float:

@@ -137,6 +137,7 @@ from optimizer_service.plan.dtypes import DTYPE_BYTES, element_bytes
 from optimizer_service.plan.motif import Motif, comm_op
 from optimizer_service.plan.plan import Plan
 from optimizer_service.plan.trace import COMM_KINDS
+from optimizer_service.syndicate.library_ops import library_op, reduce_scatter_by_all_reduce
 from optimizer_service.syndicate.motif_cost import DEFAULT_DISPATCH_SECONDS, MotifCostModel, crosses_nodes
 from optimizer_service.syndicate.options import options_for
 from optimizer_service.syndicate.problem import template_of
@@ -717,6 +718,7 @@ def passthrough_samples(topology: Topology, traces: Sequence[Mapping]) -> list[S
     complete by every rank of its group (module docstring: busy periods); they
     crossed channel 0's NIC or stayed inside a node."""
     terms = _Terms(topology)
+    by_all_reduce = reduce_scatter_by_all_reduce(traces)
     runs: dict[tuple, list[tuple[float, float]]] = {}
     for trace in traces:
         base = float(trace.get("started_unix", 0.0))
@@ -734,7 +736,7 @@ def passthrough_samples(topology: Topology, traces: Sequence[Mapping]) -> list[S
         if len(ends) != len(group) or len(group) < 2 or nbytes == 0:
             continue
         if key[2:] not in priced:
-            priced[key[2:]] = _library_default(terms, kind, nbytes, group, dtype, root)
+            priced[key[2:]] = _library_default(terms, kind, nbytes, group, dtype, root, by_all_reduce)
         spans.setdefault(group, []).append((*_span(ends), *priced[key[2:]]))
     samples = []
     for group, found in sorted(spans.items()):
@@ -753,15 +755,17 @@ def passthrough_samples(topology: Topology, traces: Sequence[Mapping]) -> list[S
 
 
 def _library_default(terms: _Terms, kind: str, nbytes: int, group: tuple[int, ...], dtype: str,
-                     root: int) -> tuple[int, float, float]:
+                     root: int, by_all_reduce: bool) -> tuple[int, float, float]:
     """``(motifs on the longest chain, latency, transfer)`` of a traced op's first
-    option on channel 0 (what the inner backend runs), built as the trace DAG builds it."""
+    option on channel 0, built as the trace DAG builds it, of the op the inner backend
+    runs (:mod:`.library_ops`: gloo's ReduceScatter is an AllReduce)."""
     collective = COMM_KINDS[kind]
     if collective is Collective.BROADCAST and 0 <= root < len(group):
         group = group[root:] + group[:root]
     known = dtype if dtype in DTYPE_BYTES else ""
     blocks = len(group) if collective is Collective.ALL_TO_ALL else 1
-    op = comm_op(collective, group, -(-nbytes // (element_bytes(known) * blocks)), element_bytes(known))
+    op = library_op(comm_op(collective, group, -(-nbytes // (element_bytes(known) * blocks)), element_bytes(known)),
+                    by_all_reduce)
     plan = options_for(op, terms.topology, (0,))[0].plan
     latency = template_of(plan, terms.latency.step_seconds)
     transfer = template_of(plan, terms.transfer.step_seconds)

@@ -112,6 +112,8 @@ def test_trace_records_every_op_with_iterations(tmp_path, mark_steps, impl):
         assert [s["index"] for s in trace["iterations"]] == ([0, 1, 2, 3, 4] if mark_steps else [-1, 0, 1, 2, 3])
         # Every iteration a step closed after the first carries its CPU; all ranks name one host.
         assert trace["host"]["cores"] >= 1 and trace["host"]["id"] == traces[0]["host"]["id"]
+        # the backend the default group passes ops through to (the service prices passthrough by it)
+        assert trace["inner_backends"]["cpu"] == "gloo"
         assert [c["iteration"] for c in trace["cpu"]] == ([1, 2, 3, 4] if mark_steps else [])
         for record in trace["cpu"]:
             assert record["wall"] > 0 and record["process_cpu"] >= record["step_thread_cpu"] > 0
