@@ -71,7 +71,7 @@ row three times (0.8 %), three in a row never; the trial's plan must be as far o
 __all__ = [
     "Action", "CancelSearch", "ClusterChanged", "Commit", "CommitFailed", "Committed", "Event", "Iteration", "Note",
     "Pause", "Pending", "Policy", "PolicyConfig", "ReplanNow", "RequestPlan", "Resume", "RollBack", "SearchDone",
-    "SearchFailed", "Tick", "Trial", "Trigger", "step",
+    "SearchFailed", "Tick", "Trial", "Trigger", "drifted_from", "step",
 ]
 
 
@@ -226,6 +226,12 @@ def _drift(state: Policy) -> tuple[Policy, list[Action]]:
                 f"{'over' if median > baseline else 'under'} its {baseline:.3f} s baseline for {drift.streak} "
                 f"iterations (more than {_pct(cfg.drift_trigger)})")
     return _drifted(state, what)
+
+
+def drifted_from(cluster: str, earlier: str) -> bool:
+    """Whether ``cluster`` is a drift state (:func:`_drifted`: ``KEY~dN``) of ``earlier``'s key
+    entered after it: the same cluster as far as anyone said, changed as the job measured it."""
+    return cluster != earlier and "~d" in cluster and cluster.split("~")[0] == earlier.split("~")[0]
 
 
 def _drifted(state: Policy, what: str, shown: int | None = None) -> tuple[Policy, list[Action]]:

@@ -21,7 +21,17 @@ the servicers call. It sees the core only as a
   coordinator; :class:`RollBack` re-submits an earlier plan under a new
   version (version 0, passthrough, as a plan with no ops) — the coordinator's
   versions only grow; the plan rolled back leaves its motif times, fitted (a
-  ``fitted`` event), for the next search in its cluster state. The
+  ``fitted`` event), for the next search in its cluster state. A drift state
+  (``KEY~dN``: the policy saw the cluster change in the running plan's own
+  iterations) starts from the last fit kept for the state it left, values only
+  (:func:`~optimizer_service.syndicate.telemetry_fit.values_only`): a line its
+  window has no sample of keeps what was last fitted for it, and nothing older
+  is pooled with the lines it can fit. In two FSDP2 loop runs the drift state's
+  search had no sample of the slowed NIC (the plan running there left it
+  unused; the fit that knew it at 5.7 MB/s was kept for the state before),
+  took it at its calibrated 25 MB/s and committed a plan over both NICs that
+  ran 0.82 and 0.86 s and was rolled back; from the values kept, the same
+  windows give no plan over the running one. The
   coordinator's decisions come back as :class:`Committed` /
   :class:`CommitFailed` (:meth:`Replanner.decided`).
 * **Search records.** With ``record_dir`` set (``p2 serve --record-searches``),
@@ -75,6 +85,7 @@ from optimizer_service.service.replan_host import ReplanHost
 from optimizer_service.service.traces import TRACE_ITERATIONS
 from optimizer_service.syndicate.live_search import LIVE_EVALUATIONS
 from optimizer_service.syndicate.passthrough import summary as passthrough_summary
+from optimizer_service.syndicate.telemetry_fit import values_only
 
 log = logging.getLogger("p2.service")
 
@@ -334,8 +345,15 @@ class JobLoop:
             self._feed(CommitFailed(version, str(error)))
 
     def _prior_fit(self, cluster: str) -> dict | None:
-        """The fit kept for cluster state ``cluster`` (None when the last one kept is another state's)."""
-        return self._fit[1] if self._fit is not None and self._fit[0] == cluster else None
+        """The fit kept for cluster state ``cluster``; for a drift state entered from the state whose fit
+        is kept, that fit's values alone (module docstring); None when the last one kept is another
+        state's."""
+        if self._fit is None:
+            return None
+        kept, fit = self._fit
+        if kept == cluster:
+            return fit
+        return values_only(fit) if rules.drifted_from(cluster, kept) else None
 
     async def _fit_tried(self, tried: Plan, cluster: str) -> None:
         """Keep what the plan being rolled back measured as its cluster state's fit

@@ -554,6 +554,16 @@ def fit_telemetry(topology: Topology, traces: Sequence[Mapping], plan: Plan | No
     return fit_samples(samples, topology.channels, prior=prior, given=given, rounds=calibrated_rounds(topology))
 
 
+def values_only(fit: Mapping) -> dict:
+    """A kept fit (:meth:`TelemetryFit.to_dict`) without what its lines were fitted from: as a prior
+    it gives its values to the lines a window cannot fit and pools nothing with those it can (a
+    drift state's searches, :mod:`optimizer_service.service.replanning`)."""
+    def bare(entry: Mapping) -> dict:
+        return {**entry, "shapes": []}
+
+    return {**fit, "channels": {c: bare(entry) for c, entry in fit["channels"].items()}, "host": bare(fit["host"])}
+
+
 def fit_readings(topology: Topology, samples: Sequence[Sample],
                  givens: Sequence[Mapping[str, float] | None]) -> list[TelemetryFit]:
     """A window of whole ops only (no plan ran in it, no earlier fit of its cluster state),

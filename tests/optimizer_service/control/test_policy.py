@@ -33,6 +33,7 @@ from optimizer_service.control.policy import (
     SearchDone,
     SearchFailed,
     Tick,
+    drifted_from,
     step,
 )
 from optimizer_service.errors import InvalidInputError
@@ -381,6 +382,9 @@ def test_a_trial_compared_with_a_median_from_before_a_change_drifts_instead_of_r
     state, actions = feed(state, 0.35, 1, version=2)
     [drift] = notes(actions, "drift")
     assert not of(actions, RollBack) and state.running == 2 and state.cluster == "A~d1" and state.trial is None
+    # a drift state of A (the service's searches there start from A's last fit, values only), and of A~d1 the next
+    assert drifted_from("A~d1", "A") and drifted_from("A~d2", "A~d1")
+    assert not drifted_from("A", "A") and not drifted_from("B", "A") and not drifted_from("B~d1", "A")
     assert ("v2 measured 5 iterations in a row after the switch each more than 20.0 % over v1's 0.175 s (the last "
             "0.350 s), and v1's last 4 iterations before the switch each measured more than 20.0 % over its median "
             "too (the last 0.450 s): the cluster changed before the trial, not under v2 alone; v2 is kept") \

@@ -100,6 +100,10 @@ def test_a_rolled_back_plans_motif_times_are_fitted_in_the_worker_and_kept_for_i
         cluster = loop.policy.cluster
         await loop._fit_tried(plan, cluster)
         kept = loop._prior_fit(cluster)
+        # a drift state of it (the job measured the change) starts from the kept values, without their shapes
+        drifted = loop._prior_fit(f"{cluster}~d1")
+        assert drifted["channels"]["1"]["scale"] == kept["channels"]["1"]["scale"] and kept["channels"]["1"]["shapes"]
+        assert not drifted["channels"]["1"]["shapes"] and loop._prior_fit("another~d1") is None
         # a fit that finishes after the cluster changed is not kept for the new state
         await loop._fit_tried(plan, "another state")
         assert loop._prior_fit("another state") is None

@@ -29,6 +29,7 @@ from optimizer_service.syndicate.telemetry_fit import (
     fit_telemetry,
     motif_samples,
     passthrough_samples,
+    values_only,
 )
 from tests.support.traces import op, trace
 
@@ -128,6 +129,23 @@ def test_an_earlier_window_of_the_cluster_state_fills_in_what_this_one_cannot_fi
     now = fit_samples(shapes(rng, 100, 0), TOPOLOGY.channels, prior=TelemetryFit.from_dict(earlier.to_dict(TOPOLOGY)))
     assert now.channels[1].earlier and now.channels[1].scale == pytest.approx(TRUE[1][2])
     assert "(an earlier window)" in now.channels[1].how and not now.channels[0].earlier
+
+
+def test_a_fits_values_alone_fill_what_a_window_cannot_fit_and_pool_nothing():
+    """A drift state's prior (:func:`values_only`): channel 1, unsampled now, keeps the slow rate last fitted
+    for it; channel 0, sampled now on a changed cluster, is this window's alone, not pooled with the old one."""
+    rng = random.Random(12)
+    before = fit_samples(shapes(rng, 100, 0) + shapes(rng, 100, 1), TOPOLOGY.channels).to_dict(TOPOLOGY)
+    bare = values_only(before)
+    assert all(not entry["shapes"] for entry in [*bare["channels"].values(), bare["host"]])
+    assert before["channels"]["0"]["shapes"]                # the kept fit itself is untouched
+    changed = [replace(sample, measured=2 * sample.measured) for sample in shapes(rng, 100, 0)]
+    alone = fit_samples(changed, TOPOLOGY.channels)
+    now = fit_samples(changed, TOPOLOGY.channels, prior=TelemetryFit.from_dict(bare))
+    assert now.channels[1].earlier and now.channels[1].scale == pytest.approx(TRUE[1][2])
+    assert now.channels[0] == alone.channels[0]
+    pooled = fit_samples(changed, TOPOLOGY.channels, prior=TelemetryFit.from_dict(before))
+    assert pooled.channels[0] != alone.channels[0]           # the whole fit as a prior would have pooled them
 
 
 def test_the_fit_round_trips_and_prices_with_its_values():
