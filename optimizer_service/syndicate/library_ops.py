@@ -48,8 +48,7 @@ def library_op(op: Motif, by_all_reduce: bool) -> Motif:
     AllReduce of its whole input; every other op is itself."""
     if not by_all_reduce or op.kind is not Collective.REDUCE_SCATTER:
         return op
-    elements = max((end for _, end in op.ranges), default=0)
-    return comm_op(Collective.ALL_REDUCE, op.ranks, elements, op.element_bytes)
+    return comm_op(Collective.ALL_REDUCE, op.ranks, op.elements, op.element_bytes)
 
 
 def library_dag(dag: TrainingDAG, by_all_reduce: bool) -> TrainingDAG | None:

@@ -255,16 +255,17 @@ def live_search(traces: Sequence[Mapping], calibrated: Topology, seed: int = 0,
             return at_load(choice, policy, framework_order, on=on)[0]
         return middle([at_load(choice, policy, framework_order, reading, on)[0] for reading in bracket])
 
-    # Nothing planned runs every op's first option (the library's own algorithm, whole, on
-    # channel 0) in the program's order: gloo's ring, not FIFO's greedy pick among P²'s programs;
-    # and gloo's ReduceScatter is an AllReduce (:mod:`.library_ops`).
-    library = library_dag(dag, reduce_scatter_by_all_reduce(traces))
-    passthrough = problem if library is None else Problem(library, problem.cost, with_programs=False)
-    running_seconds: float | None = predict([0] * len(passthrough.options), Policy.FIFO, framework_order=True,
-                                            on=passthrough)
+    running_seconds: float | None
     if running is not None and running.ops:
         choice = running_choice(problem, running)
         running_seconds = None if choice is None else predict(choice, Policy.CRITICAL_PATH)
+    else:
+        # Nothing planned runs every op's first option (the library's own algorithm, whole, on
+        # channel 0) in the program's order: gloo's ring, not FIFO's greedy pick among P²'s programs;
+        # and gloo's ReduceScatter is an AllReduce (:mod:`.library_ops`).
+        library = library_dag(dag, reduce_scatter_by_all_reduce(traces))
+        passthrough = problem if library is None else Problem(library, problem.cost, with_programs=False)
+        running_seconds = predict([0] * len(passthrough.options), Policy.FIFO, framework_order=True, on=passthrough)
     chosen = found.chosen
     fit_seconds, factor = at_load(chosen.choice, chosen.policy, chosen.framework_order)
     between = [at_load(chosen.choice, chosen.policy, chosen.framework_order, reading)[0] for reading in bracket]
