@@ -52,6 +52,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from optimizer_service.errors import InvalidInputError
+from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.motif import Composition, Motif
 from optimizer_service.syndicate import native_scheduler
 from optimizer_service.syndicate.dag import TrainingDAG, lower_composition
@@ -113,6 +114,14 @@ class Evaluation:
     graph: Graph
 
 
+def library_options(op: Motif, topology: Topology) -> list[Option]:
+    """The one option of an op no plan can carry (its node's ``passthrough``): the inner
+    backend's own algorithm, whole, on the first channel (the NIC the backend was given), as
+    passthrough is priced. Offering it the others would let the search take a faster one that
+    the exported plan leaves out (:mod:`.plan_export` skips the node) and so under-price the plan."""
+    return options_for(op, topology, topology.channels[:1])[:1]
+
+
 class Problem:
     """A DAG, its options, and everything needed to price a choice of options."""
 
@@ -126,11 +135,14 @@ class Problem:
         self.templates: list[list[Template]] = []
         built: dict[tuple, tuple[list[Option], list[Template]]] = {}
         for i in self.comm_nodes:
-            op = dag.nodes[i].comm
-            key = (op, tuple(channels) if channels is not None else None)
+            op, passed = dag.nodes[i].comm, bool(dag.nodes[i].passthrough)
+            key = (op, tuple(channels) if channels is not None else None, passed)
             if key not in built:
-                programs = p2_programs(op, cost.topology) if with_programs else []
-                options = options_for(op, cost.topology, channels, programs)
+                if passed:
+                    options = library_options(op, cost.topology)
+                else:
+                    programs = p2_programs(op, cost.topology) if with_programs else []
+                    options = options_for(op, cost.topology, channels, programs)
                 built[key] = (options, [template_of(o.plan, cost.step_seconds) for o in options])
             self.options.append(built[key][0])
             self.templates.append(built[key][1])

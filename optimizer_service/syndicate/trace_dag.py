@@ -25,7 +25,10 @@ Our readings of a trace (its ops in program order ``o_0 .. o_{K-1}``):
   that is not whole elements (all-to-all: ``N`` equal blocks of them) are
   priced by their bytes (in ``s``-byte or, for an unknown dtype, 4-byte
   units, rounded up) and pass through: the node's ``passthrough`` says why
-  (:func:`optimizer_service.plan.trace.passthrough_reason`).
+  (:func:`optimizer_service.plan.trace.passthrough_reason`), as the inner
+  backend runs them (:func:`~optimizer_service.syndicate.library_ops.library_op`:
+  on gloo a ReduceScatter is an AllReduce of its input), and the search offers
+  each no option but that one (:func:`~optimizer_service.syndicate.problem.library_options`).
 * **Other ops** (barrier, send/recv, gather, scatter, coalesced ops, ...)
   cannot be decomposed: each is a compute node ``kind#k`` whose time is its
   measured duration (``completed - issued``, 0 if it never completed), in its
@@ -94,6 +97,7 @@ from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.dtypes import DTYPE_BYTES, element_bytes
 from optimizer_service.plan.trace import COMM_KINDS, TRACE_FORMAT, passthrough_reason
 from optimizer_service.syndicate.dag import Node, TrainingDAG, comm, compute
+from optimizer_service.syndicate.library_ops import library_op, reduce_scatter_by_all_reduce
 
 #: How much later than an op's issue an earlier op's recorded completion may be
 #: and still count as before it (the module doc's "Ties").
@@ -145,6 +149,9 @@ def dag_from_traces(traces: Sequence[Mapping], iteration: int | None = None, nam
         else:
             nodes.append(_op_node(k, names[k][0], [(r, o[k]) for r, o in per_rank], chosen))
     nodes.append(compute("step", 0.0, f"compute#{len(ops) - 1}", *waited, *names[-1]))
+    by_all_reduce = reduce_scatter_by_all_reduce(traces)
+    nodes = [replace(node, comm=library_op(node.comm, by_all_reduce)) if node.is_comm and node.passthrough else node
+             for node in nodes]
     other = [names[k][0] for k, op in enumerate(ops) if op["kind"] not in COMM_KINDS]
     parallel = sum(1 for k, op in enumerate(ops) if op["kind"] in COMM_KINDS and len(groups[k]) > 1)
     description = (f"trace of {len(traces)} rank(s) (world size {traces[0]['world_size']}), iteration {chosen}, "

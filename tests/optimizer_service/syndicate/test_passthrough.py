@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from optimizer_service.catalog import load_topology
+from optimizer_service.plan.motif import Collective, motifs_of
 from optimizer_service.plan.plan import Plan
 from optimizer_service.plan.trace import passthrough_reason
 from optimizer_service.syndicate.facade import plan_job
@@ -97,3 +98,36 @@ def test_a_broadcast_from_another_root_is_planned_under_its_own_group_and_root()
     job.plan.ops[0].validate(10_000)            # the motifs broadcast from group position 1
     assert passed_through(traces, job.plan) == []
     assert running_choice(job.problem, job.plan) is not None    # read back, as the service prices a running plan
+
+
+def passed_and_planned_traces(backends: dict[str, str] | None = None) -> list[dict]:
+    """4 ranks: a list-form reduce-scatter (no plan carries it), then an all-reduce of the same bytes."""
+    def ops_of(start: float) -> list[dict]:
+        return [op("reduce_scatter", 4_000_000, start, start + 1.0, WORLD),
+                op("all_reduce", 4_000_000, start + 1.25, start + 2.25, WORLD)]
+    traces = [trace(ops_of(0.0), ops_of(10.0), ops_of(20.0)[:1], rank=rank, world_size=4) for rank in range(4)]
+    for one in traces:
+        if backends is not None:
+            one["inner_backends"] = backends
+    return traces
+
+
+def test_an_op_passed_through_is_priced_as_the_library_runs_it_and_offered_nothing_else():
+    """The search cannot give a passed-through op a plan (the export leaves it to the inner backend), so
+    it offers it one option, the library's own algorithm whole on channel 0 (as passthrough is priced);
+    on gloo a list-form reduce-scatter is an AllReduce of its input (:mod:`.library_ops`)."""
+    assert len(TOPOLOGY.channels) > 1
+    job = plan_job(passed_and_planned_traces(), TOPOLOGY, budget=1, seed=0, clock=frozen)
+    problem = job.problem
+    passed, planned = (problem.dag.nodes[i] for i in problem.comm_nodes)
+    assert passed.passthrough and not planned.passthrough
+    assert passed.comm.kind is Collective.ALL_REDUCE and passed.comm.ranks == planned.comm.ranks
+    assert passed.comm.elements == planned.comm.elements
+    (only,), offered = problem.options[0], problem.options[1]
+    assert only.name == offered[0].name == "ring@ch0" and only.plan == offered[0].plan
+    assert len(offered) > 1 and {m.channel for o in offered for m in motifs_of(o.plan)} == set(TOPOLOGY.channels)
+    assert all(result.choice[0] == 0 for result in job.results)
+    assert [o.key.kind for o in job.plan.ops] == ["all_reduce"]         # the export still leaves it out
+    on_ucc = plan_job(passed_and_planned_traces({"cpu": "ucc"}), TOPOLOGY, budget=1, seed=0, clock=frozen)
+    scatter = on_ucc.problem.dag.nodes[on_ucc.problem.comm_nodes[0]].comm
+    assert scatter.kind is Collective.REDUCE_SCATTER and len(on_ucc.problem.options[0]) == 1
