@@ -81,7 +81,7 @@ from benchmarks.loop_alone import first_plan_alone, head_to_head
 from deploy.emulated import FABRICS, can_manage_namespaces
 from deploy.emulated.names import check_name
 from deploy.errors import DeployError
-from optimizer_service.cli.demo_report import busy_text, prediction_error
+from optimizer_service.cli.demo_report import STEAL_MARKED, busy_text, most_stolen, prediction_error
 from optimizer_service.cli.demo_run import JOBS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,7 +192,14 @@ def figures(report: dict, h2h: dict, run: int, alone: dict | None = None) -> dic
             "peer_with_searches_seconds": (peer["before"] or {}).get("with_searches_iteration_seconds"),
             "seconds_to_first_commit": report["first_plan"]["seconds_to_commit"],
             "nic_drops_per_iteration": _per_phase(phases, peer, "nic_drops_per_iteration"),
-            "host_cores": _per_phase(phases, peer, "host_cores")}
+            "host_cores": _per_phase(phases, peer, "host_cores"),
+            "steal": _stolen(_per_phase(phases, peer, "host_cores"))}
+
+
+def _stolen(host_cores: dict) -> dict | None:
+    """The phase whose cores the hypervisor took most of, where that is worth marking (``most_stolen``)."""
+    worst = most_stolen(host_cores)
+    return None if worst is None else {"phase": worst[0], "share": worst[1]}
 
 
 def _per_phase(phases: dict, peer: dict, field: str) -> dict:
@@ -273,6 +280,12 @@ def summary(rows: list[dict]) -> list[str]:
         lines.append(f"  {row['job']} {row['fabric']} run {row['run']}: " +
                      ", ".join(busy_text(shares.get(name)) for name in
                                ("passthrough", "peer-before", "first-plan", "changed", "peer-after", "replanned")))
+    stolen = [row for row in rows if row.get("steal")]
+    lines.append((f"the hypervisor's steal time (the cores it took from this machine; from {STEAL_MARKED:.0%} in a "
+                  "phase, a run is not comparable with one that had none): " + (
+                      "none" if not stolen else "; ".join(
+                          f"{row['job']} {row['fabric']} run {row['run']} {row['steal']['share']:.0%} in "
+                          f"{row['steal']['phase']}" for row in stolen))).replace("%", " %"))
     lines.append("the first plan alone (no service, no peer beside it; first plan, peer and passthrough in turns on "
                  "a fresh cluster, P2_PLAN_FILE): its seconds, over the peer, over passthrough, to the bound; the loop's "
                  "measurement of it over this one:")

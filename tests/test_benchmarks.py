@@ -247,6 +247,18 @@ def test_loop_benchmark_checks_the_issues_goals_per_run():
     assert met["host_cores"]["first-plan"] == {"busy": 0.9, "kernel": 0.2} and met["host_cores"]["peer-before"] is None
     assert "  dlrm lossless run 1: 90 % (k 20 %), -, 90 % (k 20 %)" in "\n".join(
         loop_bench.summary([{**met, "goals": loop_bench.goals(met)}]))
+    assert met["steal"] is None
+    assert "the hypervisor's steal time (the cores it took from this machine; from 2 % in a phase, a run is not " \
+           "comparable with one that had none): none" in loop_bench.summary([{**met, "goals": {}}])
+
+    # The hypervisor took 9 % of the cores while the first plan ran: marked in the row and the summary.
+    robbed_report = _loop_report(0.26, 0.18, 0.22, (0.05, -0.1, 0.12), 14)
+    robbed_report["phases"][1]["host_cores"] = {"busy": 0.85, "kernel": 0.2, "steal": 0.09}
+    robbed = loop_bench.figures(robbed_report, {}, 5)
+    assert robbed["steal"] == {"phase": "first-plan", "share": 0.09}
+    summarised = "\n".join(loop_bench.summary([{**robbed, "goals": {}}]))
+    assert "dlrm lossless run 5 9 % in first-plan" in summarised
+    assert "90 % (k 20 %), -, 85 % (k 20 %), stolen 9 %, 90 % (k 20 %)" in summarised
 
     # 1.24x over the peer (DLRM's goal is 1.3x), a plan off by 20 %, the replan 40 iterations late and
     # slower than the peer on the changed cluster and than its bound allows.

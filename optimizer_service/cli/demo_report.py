@@ -483,11 +483,30 @@ def table(rows: list[dict], peer_rows: dict | None = None) -> str:
     return "\n".join(lines)
 
 
+#: The share of the cores the hypervisor took (steal time) from which a phase is marked: there the
+#: ranks ran on less than the two cores, and a run's figures are not comparable with a run's that had
+#: none (on this machine 5-19 % in two FSDP2 loop runs of 7 December: the first plan 1.22-1.26x slower
+#: than alone, passthrough 1.2x slower than in the run beside them; every other run <= 0.2 %).
+STEAL_MARKED = 0.02
+
+
 def busy_text(shares: dict | None) -> str:
-    """``"97 % (k 21 %)"``: the cores' busy share and the kernel's part of it ("-" without)."""
+    """``"97 % (k 21 %)"``: the cores' busy share and the kernel's part of it ("-" without), and
+    ``", stolen 8 %"`` after it where the hypervisor took at least :data:`STEAL_MARKED` of them."""
     if not shares:
         return "-"
-    return f"{shares['busy']:.0%} (k {shares['kernel']:.0%})".replace("%", " %")
+    text = f"{shares['busy']:.0%} (k {shares['kernel']:.0%})"
+    if shares.get("steal", 0.0) >= STEAL_MARKED:
+        text += f", stolen {shares['steal']:.0%}"
+    return text.replace("%", " %")
+
+
+def most_stolen(host_cores: dict[str, dict | None]) -> tuple[str, float] | None:
+    """The phase (or peer segment) whose cores the hypervisor took most of, and that share, where
+    it is at least :data:`STEAL_MARKED` (None otherwise, or without samples)."""
+    found = [(name, shares.get("steal", 0.0)) for name, shares in host_cores.items() if shares]
+    worst = max(found, key=lambda item: item[1], default=None)
+    return worst if worst is not None and worst[1] >= STEAL_MARKED else None
 
 
 def plot(path: Path, rank0: dict, change_step: int | None, events: list[dict], title: str,

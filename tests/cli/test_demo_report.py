@@ -18,6 +18,7 @@ from optimizer_service.cli.demo_report import (
     drop_rate,
     iterations_to_commit,
     model_seconds,
+    most_stolen,
     over_peer_beside,
     peer,
     phases,
@@ -277,3 +278,19 @@ def test_the_table_shows_the_peer_beside_its_cluster_state_and_the_bound():
     assert lines[2].split()[1] == "gloo" and "700.0 ms" in lines[2] and "1.75x" in lines[2]     # 0.7 / 0.4
     assert "500.0 ms" in lines[6] and "1.20x" in lines[6]                                        # 0.6 / 0.5
     assert len(table(rows).splitlines()) == 5                                                    # no peer rows
+
+
+def test_a_phase_whose_cores_the_hypervisor_took_is_marked():
+    """Steal time: the ranks ran on less than the host's cores, which makes the run's figures not
+    comparable with another's; marked from STEAL_MARKED (2 %) on, in the table and the loop's summary."""
+    # 2 cores over 1 s: 1.6 core-s of processes, 0.2 idle, 0.2 taken by the hypervisor
+    times = [(0, CoreTimes(2).to_list()), (10, CoreTimes(2, user=1.6, idle=0.2, steal=0.2).to_list())]
+    assert busy_text(core_shares(times, 1, 10)) == "80 % (k 0 %), stolen 10 %"
+    taken = {"busy": 0.8, "kernel": 0.1, "steal": 0.12}
+    assert busy_text({"busy": 0.8, "kernel": 0.1, "steal": 0.019}) == "80 % (k 10 %)"
+    assert busy_text(taken) == "80 % (k 10 %), stolen 12 %"
+    assert most_stolen({"passthrough": {"busy": 0.8, "kernel": 0.1, "steal": 0.0}, "first-plan": taken,
+                        "changed": None, "replanned": {"busy": 0.8, "kernel": 0.1, "steal": 0.05}}) == (
+        "first-plan", 0.12)
+    assert most_stolen({"passthrough": {"busy": 0.8, "kernel": 0.1, "steal": 0.01}, "changed": None}) is None
+    assert most_stolen({}) is None
