@@ -28,6 +28,21 @@ largest of four terms:
   / enter the node, over the node's summed NIC rates — the best split over its
   NICs, where every NIC finishes at once —, and the same for a set of nodes
   together (below).
+* **the NICs after the ops' release** (``release_seconds``, where the
+  iterations run one after another): an op's bytes cannot leave its node
+  before the op is issued, so per node and direction the iteration lasts at
+  least, for every op ``k``, its release (the heaviest chain of data
+  dependencies from the iteration's start to it, every comm-op at its least
+  time) plus the time the node's NICs need for the bytes of every op released
+  no earlier than ``k`` (a single machine with release dates, preemptive: the
+  latest of these is its least makespan). It counts where one node of the DAG
+  (the boundary) is the only one the next iteration waits for and every
+  comm-op lies between the iteration's start and that node — a DAG read from
+  traces (``step``); otherwise iterations may overlap and the term is 0. On a
+  recorded DDP window (2 × 4 ranks, two 25 MB/s NICs a node), whose three
+  gradient buckets reach the backend 20, 33 and 39 ms into the iteration and
+  need 42 ms of both NICs, the NICs' term says 42 ms and the critical path 53;
+  the NICs cannot start before the first bucket, and this term says 63.
 * **the hosts' cores** (``host_seconds``, where the job's traces record its
   CPU): per host, the CPU seconds its ranks' training loops (compute and the
   issuing of ops) take per iteration, over the host's cores
@@ -322,18 +337,21 @@ class Bound:
     nodes: tuple[NodeLoad, ...] = ()
     host_seconds: float = 0.0
     hosts: tuple[HostLoad, ...] = ()
+    release_seconds: float = 0.0
 
     def to_dict(self) -> dict:
         return {"seconds": self.seconds, "compute_seconds": self.compute_seconds,
                 "stream_seconds": self.stream_seconds, "network_seconds": self.network_seconds,
-                "host_seconds": self.host_seconds, "binding": self.binding,
+                "release_seconds": self.release_seconds, "host_seconds": self.host_seconds, "binding": self.binding,
                 "nodes": [node.to_dict() for node in self.nodes], "hosts": [host.to_dict() for host in self.hosts]}
 
     def __str__(self) -> str:
         cores = f", host cores {human_seconds(self.host_seconds)}" if self.hosts else ""
+        released = (f", from the ops' release {human_seconds(self.release_seconds)}"
+                    if self.release_seconds > self.network_seconds else "")
         return (f"{human_seconds(self.seconds)}, bound by {self.binding} (critical path "
                 f"{human_seconds(self.compute_seconds)}, busiest compute stream {human_seconds(self.stream_seconds)}, "
-                f"NICs {human_seconds(self.network_seconds)}{cores})")
+                f"NICs {human_seconds(self.network_seconds)}{released}{cores})")
 
 
 def iteration_bound(dag: TrainingDAG, topology: Topology, hosts: Sequence[HostLoad] = ()) -> Bound:
@@ -350,8 +368,10 @@ def iteration_bound(dag: TrainingDAG, topology: Topology, hosts: Sequence[HostLo
     fabric = Fabric(topology, 0)
     network, parts, direction = _hardest(crossings, fabric) if crossings else (0.0, frozenset(), OUT)
     crowded = max(hosts, key=lambda host: host.seconds, default=None)     # the host whose loops need longest
+    released, node, released_direction = release_seconds(dag, weight, topology)
     terms = [(path, "compute critical path"), (busiest, f"compute stream {stream}"),
-             (network, _nics_text(parts, direction))]
+             (network, _nics_text(parts, direction)),
+             (released, f"node {node}'s NICs after the ops' release, {released_direction}")]
     if crowded is not None:
         terms.append((crowded.seconds,
                        f"host {crowded.host[:8]}'s {crowded.cores:g} cores (its ranks' training loops)"))
@@ -359,7 +379,61 @@ def iteration_bound(dag: TrainingDAG, topology: Topology, hosts: Sequence[HostLo
     if seconds <= 0:
         binding = "nothing (no compute time and no bytes between nodes)"
     return Bound(seconds, path, busiest, network, binding, _node_loads(crossings, fabric),
-                 crowded.seconds if crowded is not None else 0.0, tuple(hosts))
+                 crowded.seconds if crowded is not None else 0.0, tuple(hosts), released)
+
+
+def release_seconds(dag: TrainingDAG, weight: Sequence[float], topology: Topology) -> tuple[float, int, str]:
+    """The NICs' term after the ops' release (module docstring), with node ``i`` taking ``weight[i]``:
+    its seconds, the node and the direction that give them ((0.0, 0, OUT) where iterations may
+    overlap or no byte crosses a node)."""
+    released = _releases(dag, weight)
+    if released is None:
+        return 0.0, 0, OUT
+    fabric = Fabric(topology, 0)
+    per_node: dict[tuple[int, str], list[tuple[float, float]]] = {}     # (node, direction) -> (release, bytes)
+    for i, node in enumerate(dag.nodes):
+        found = crossing(node.comm, topology, 0) if node.is_comm else None
+        if found is None:
+            continue
+        for direction, loads in ((OUT, found.out_bytes), (IN, found.in_bytes)):
+            for part, nbytes in loads:
+                if nbytes > 0:
+                    per_node.setdefault((part, direction), []).append((released[i], nbytes))
+    best = (0.0, 0, OUT)
+    for (part, direction), ops in sorted(per_node.items(), key=lambda item: (item[0][0], item[0][1] != OUT)):
+        rate = fabric.rate((part,))
+        left = 0.0
+        for start, nbytes in sorted(ops, reverse=True):       # latest release first: the bytes released from then on
+            left += nbytes
+            seconds = start + (left / rate if rate > 0 else math.inf)
+            if seconds > best[0]:
+                best = (seconds, part, direction)
+    return best
+
+
+def _releases(dag: TrainingDAG, weight: Sequence[float]) -> list[float] | None:
+    """Every node's earliest start after its iteration's start (the heaviest chain of data dependencies
+    before it), where the iterations run one after another: one node, the boundary, is the only one
+    the next iteration waits for, and every comm-op lies on a chain from the iteration's start to it;
+    None otherwise."""
+    carriers = {b for node in dag.nodes for b in node.after_previous}
+    if len(carriers) != 1:
+        return None
+    (boundary,) = carriers
+    starts = {i for i, node in enumerate(dag.nodes) if node.after_previous}
+    earliest: list[float | None] = [None] * len(dag.nodes)
+    for i in dag.order:
+        before = [earliest[dag.index[b]] for b in dag.nodes[i].after]
+        reached = [value + weight[dag.index[b]] for value, b in zip(before, dag.nodes[i].after) if value is not None]
+        if reached or i in starts:
+            earliest[i] = max(reached, default=0.0)
+    reaches = {dag.index[boundary]}         # the boundary and every node it waits on, directly or not
+    for i in reversed(dag.order):
+        if i in reaches:
+            reaches.update(dag.index[b] for b in dag.nodes[i].after)
+    if any(node.is_comm and (earliest[i] is None or i not in reaches) for i, node in enumerate(dag.nodes)):
+        return None
+    return [0.0 if value is None else value for value in earliest]
 
 
 def _nics_text(parts: frozenset[int], direction: str) -> str:

@@ -35,12 +35,15 @@ def test_a_workload_gives_the_table_the_json_the_plan_and_the_gantt(tmp_path):
     syndicate = data["systems"][-1]["iteration_seconds"]
     assert 0 < data["bound_iteration_seconds"] == bound["seconds"] == data["plan"]["bound_iteration_seconds"]
     assert bound["seconds"] <= syndicate * (1 + 1e-9) and bound["binding"]
-    assert bound["seconds"] == max(bound["compute_seconds"], bound["stream_seconds"], bound["network_seconds"])
+    assert bound["seconds"] == max(bound["compute_seconds"], bound["stream_seconds"], bound["network_seconds"],
+                                   bound["release_seconds"])
+    released = (f", from the ops' release {human_seconds(bound['release_seconds'])}"
+                if bound["release_seconds"] > bound["network_seconds"] else "")
     assert lines[-1] == (f"Syndicate predicts {syndicate * 1e3:.3f} ms per iteration, "
                          f"{syndicate / bound['seconds']:.2f}x the lower bound: {human_seconds(bound['seconds'])}, "
                          f"bound by {bound['binding']} (critical path {human_seconds(bound['compute_seconds'])}, "
                          f"busiest compute stream {human_seconds(bound['stream_seconds'])}, "
-                         f"NICs {human_seconds(bound['network_seconds'])})")
+                         f"NICs {human_seconds(bound['network_seconds'])}{released})")
     assert data["workload"] == "dlrm-a1" and data["topology"] == "hgx2-4n"
     assert [s["name"] for s in data["systems"]] == SYSTEM_NAMES
     for system in data["systems"]:

@@ -8,12 +8,14 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import comm_op
+from optimizer_service.service import search_record
 from optimizer_service.syndicate.baselines import run_systems
 from optimizer_service.syndicate.bound import crossing, cycle_seconds, iteration_bound, least_seconds, max_cycle_mean
 from optimizer_service.syndicate.dag import TrainingDAG, comm, compute
@@ -165,6 +167,56 @@ def test_the_nodes_of_an_all_reduce_over_four_bind_together():
     assert bound.network_seconds == pytest.approx(2 * 6 * 4 * MB / (4 * 100 * MB))
     assert bound.compute_seconds == pytest.approx(bound.network_seconds / 2)
     assert all(node.out_bytes == 2 * 4 * MB for node in bound.nodes)     # what each node itself must send
+
+
+def test_bytes_released_late_bind_on_a_nodes_nics_after_their_release():
+    # 100 MB leave after 0.5 s of compute, 25 MB more after another 0.5: each node's NIC needs 1.25 s
+    # for both, the heaviest chain is 1.5 s, but the NIC cannot start before 0.5 s: 1.75 s
+    dag = TrainingDAG("released", (
+        compute("c0", 0.5, previous=["step"]),
+        comm("big", Collective.ALL_REDUCE, range(4), 25 * MB, "c0"),
+        compute("c1", 0.5, "c0"),
+        comm("small", Collective.ALL_REDUCE, range(4), 25 * MB // 4, "c1"),
+        compute("step", 0.0, "big", "small", "c1"),
+    ))
+    bound = iteration_bound(dag, TWO_BY_TWO)
+    assert bound.network_seconds == pytest.approx(1.25) and bound.compute_seconds == pytest.approx(1.5)
+    assert bound.release_seconds == pytest.approx(1.75) == bound.seconds
+    assert bound.binding == "node 0's NICs after the ops' release, outbound"
+    assert "NICs 1.25 s, from the ops' release 1.75 s)" in str(bound)
+    assert bound.to_dict()["release_seconds"] == bound.release_seconds
+
+
+def test_no_release_term_where_iterations_may_overlap():
+    # the next iteration waits for "bwd" only: the all-reduce may run beside it
+    dag = TrainingDAG("overlapping", (
+        compute("fwd", 0.5, previous=["bwd"]),
+        compute("bwd", 1.0, "fwd"),
+        comm("ar", Collective.ALL_REDUCE, range(4), 100 * MB, "bwd"),
+        compute("step", 0.1, "ar"),
+    ))
+    assert iteration_bound(dag, TWO_BY_TWO).release_seconds == 0.0
+    # two boundaries the next iteration waits for
+    two = TrainingDAG("two", (compute("a", 1.0, previous=["a"]),
+                              comm("ar", Collective.ALL_REDUCE, range(4), MB, previous=["ar"])))
+    assert iteration_bound(two, TWO_BY_TWO).release_seconds == 0.0
+
+
+def test_no_plan_of_a_traced_ddp_window_is_priced_below_its_release_bound():
+    """The recorded DDP first window (three gradient buckets, then the loss): its bound is the
+    release term, above both the NICs' bytes and the critical path, and every system's plan and
+    random choices are priced above it."""
+    record = search_record.read(Path(__file__).parent / "data" / "ddp-first-window.json")
+    topology = Topology.from_yaml(record.topology_yaml)
+    dag = dag_from_traces(record.traces)
+    bound = iteration_bound(dag, topology)
+    assert bound.release_seconds > max(bound.network_seconds, bound.compute_seconds)
+    assert "NICs after the ops' release" in bound.binding and bound.seconds == bound.release_seconds
+    problem = Problem(dag, MotifCostModel(topology))
+    results = run_systems(problem, budget=30, seed=0, clock=itertools.count().__next__)
+    rng = random.Random(0)
+    for choice in [r.choice for r in results] + [[rng.randrange(len(o)) for o in problem.options] for _ in range(20)]:
+        assert problem.cost_of(choice) >= bound.seconds * (1 - 1e-9)
 
 
 # ---------------------------------------------------------- the critical path per iteration
