@@ -49,12 +49,24 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+#: ``python -c`` code that runs ``p2`` (its arguments after the limit) with at most ``argv[1]`` open files.
+LIMITED_FILES = ("import resource, runpy, sys; limit = int(sys.argv[1]); "
+                 "resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit)); sys.argv = ['p2', *sys.argv[2:]]; "
+                 "runpy.run_module('optimizer_service.cli', run_name='__main__', alter_sys=True)")
+
+
 class ServeProcess:
     """``p2 serve`` on ``port`` (0: a free one) with its store in ``folder`` (or ``store``).
 
     Its log (stderr) goes to a file in ``folder`` (:attr:`log_path`, :meth:`log`), never a pipe
     that a service logging a lot could fill and block on. ``preexec`` runs in the child before
-    it starts (e.g. to lower its file descriptor limit). ``root`` runs the service of another
+    it starts (e.g. to enter a mount namespace of its own). ``open_files`` lowers its file
+    descriptor limit from its first line of Python, not in a ``preexec``: Python runs its fork
+    handlers around a ``preexec``, and gRPC's (this process serves and dials gRPC) then raced the
+    child's closing of inherited descriptors ("epoll_wait error: Bad file descriptor" in the
+    child's log, and the child died before it served: twice on 8 December, each time after many
+    other tests in the same process, never with the test file alone).
+    ``root`` runs the service of another
     checkout of the project (benchmarks/service_abuse.py compares two). With ``dashboard`` it
     also serves the dashboard on a free port: :attr:`http_port`, :attr:`http_url`."""
 
@@ -62,7 +74,7 @@ class ServeProcess:
 
     def __init__(self, folder: Path, *extra: str, env: dict[str, str] | None = None, port: int = 0,
                  store: str | None = None, preexec=None, root: Path = ROOT, dashboard: bool = False,
-                 standby: bool = False) -> None:
+                 standby: bool = False, open_files: int | None = None) -> None:
         """With ``standby`` (and a ``port``), return once the service answers health checks, as a
         standby does, instead of once it leads (when it writes its port file)."""
         self.port_file = folder / f"port-{port}" if standby else folder / "port"
@@ -77,7 +89,9 @@ class ServeProcess:
             environment["PYTHONPATH"] = str(root)
         with self.log_path.open("w") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "optimizer_service.cli", "serve", "--listen", f"127.0.0.1:{port}",
+                [sys.executable, *(("-m", "optimizer_service.cli") if open_files is None else
+                                   ("-c", LIMITED_FILES, str(open_files))),
+                 "serve", "--listen", f"127.0.0.1:{port}",
                  "--port-file", str(self.port_file), "--store", store or f"sqlite:///{folder / 'service.db'}",
                  *extra], cwd=root, stdout=subprocess.DEVNULL, stderr=log, text=True,
                 env=environment, preexec_fn=preexec)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import resource
 import select
 import socket
 import ssl
@@ -49,18 +48,17 @@ SLACK = 5.0
 
 
 def start(folder: Path, *extra: str, env: dict[str, str] | None = None, token: bool = True,
-          preexec=None) -> ServeProcess:
+          open_files: int | None = None) -> ServeProcess:
     """``p2 serve`` with the dashboard on a free loopback port (``.http_port``)."""
     token_args = ()
     if token:
         (folder / "token").write_text(TOKEN + "\n")
         token_args = ("--token-file", str(folder / "token"))
-    return ServeProcess(folder, *token_args, "--no-replan", *extra, env=env, preexec=preexec, dashboard=True)
+    return ServeProcess(folder, *token_args, "--no-replan", *extra, env=env, open_files=open_files, dashboard=True)
 
 
-def lower_descriptor_limit() -> None:
-    """In the service's process before it starts: the limit of the issue's reproduction."""
-    resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+#: The service's file descriptor limit in the issue's reproduction.
+DESCRIPTOR_LIMIT = 256
 
 
 # ------------------------------------------------------------------ raw HTTP
@@ -213,7 +211,7 @@ def test_the_connection_cap_is_a_setting(bodies):
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory):
     """A service under the issue's descriptor limit (256), with short header and idle deadlines."""
-    serve = start(tmp_path_factory.mktemp("guarded"), env=SHORT_DEADLINES, preexec=lower_descriptor_limit)
+    serve = start(tmp_path_factory.mktemp("guarded"), env=SHORT_DEADLINES, open_files=DESCRIPTOR_LIMIT)
     yield serve
     serve.stop()
 
