@@ -364,11 +364,12 @@ def iteration_bound(dag: TrainingDAG, topology: Topology, hosts: Sequence[HostLo
         if not node.is_comm:
             streams[node.stream] = streams.get(node.stream, 0.0) + node.seconds
     stream, busiest = max(streams.items(), key=lambda item: (item[1], -item[0]), default=(0, 0.0))
-    crossings = [c for c in (crossing(node.comm, topology, 0) for node in dag.comm_ops) if c is not None]
+    crossed = {i: crossing(node.comm, topology, 0) for i, node in enumerate(dag.nodes) if node.is_comm}
+    crossings = [c for c in crossed.values() if c is not None]
     fabric = Fabric(topology, 0)
     network, parts, direction = _hardest(crossings, fabric) if crossings else (0.0, frozenset(), OUT)
     crowded = max(hosts, key=lambda host: host.seconds, default=None)     # the host whose loops need longest
-    released, node, released_direction = release_seconds(dag, weight, topology)
+    released, node, released_direction = release_seconds(dag, weight, crossed, fabric)
     terms = [(path, "compute critical path"), (busiest, f"compute stream {stream}"),
              (network, _nics_text(parts, direction)),
              (released, f"node {node}'s NICs after the ops' release, {released_direction}")]
@@ -382,17 +383,16 @@ def iteration_bound(dag: TrainingDAG, topology: Topology, hosts: Sequence[HostLo
                  crowded.seconds if crowded is not None else 0.0, tuple(hosts), released)
 
 
-def release_seconds(dag: TrainingDAG, weight: Sequence[float], topology: Topology) -> tuple[float, int, str]:
-    """The NICs' term after the ops' release (module docstring), with node ``i`` taking ``weight[i]``:
-    its seconds, the node and the direction that give them ((0.0, 0, OUT) where iterations may
-    overlap or no byte crosses a node)."""
+def release_seconds(dag: TrainingDAG, weight: Sequence[float], crossed: dict[int, Crossing | None],
+                    fabric: Fabric) -> tuple[float, int, str]:
+    """The NICs' term after the ops' release (module docstring), with node ``i`` taking ``weight[i]``
+    and its op moving ``crossed[i]`` across the nodes of ``fabric``: its seconds, the node and the
+    direction that give them ((0.0, 0, OUT) where iterations may overlap or no byte crosses a node)."""
     released = _releases(dag, weight)
     if released is None:
         return 0.0, 0, OUT
-    fabric = Fabric(topology, 0)
     per_node: dict[tuple[int, str], list[tuple[float, float]]] = {}     # (node, direction) -> (release, bytes)
-    for i, node in enumerate(dag.nodes):
-        found = crossing(node.comm, topology, 0) if node.is_comm else None
+    for i, found in crossed.items():
         if found is None:
             continue
         for direction, loads in ((OUT, found.out_bytes), (IN, found.in_bytes)):
@@ -420,20 +420,27 @@ def _releases(dag: TrainingDAG, weight: Sequence[float]) -> list[float] | None:
     if len(carriers) != 1:
         return None
     (boundary,) = carriers
-    starts = {i for i, node in enumerate(dag.nodes) if node.after_previous}
-    earliest: list[float | None] = [None] * len(dag.nodes)
-    for i in dag.order:
-        before = [earliest[dag.index[b]] for b in dag.nodes[i].after]
-        reached = [value + weight[dag.index[b]] for value, b in zip(before, dag.nodes[i].after) if value is not None]
-        if reached or i in starts:
-            earliest[i] = max(reached, default=0.0)
+    ends = _heaviest_ends(dag, weight, {i for i, node in enumerate(dag.nodes) if node.after_previous})
     reaches = {dag.index[boundary]}         # the boundary and every node it waits on, directly or not
     for i in reversed(dag.order):
         if i in reaches:
             reaches.update(dag.index[b] for b in dag.nodes[i].after)
-    if any(node.is_comm and (earliest[i] is None or i not in reaches) for i, node in enumerate(dag.nodes)):
+    if any(node.is_comm and (ends[i] == -math.inf or i not in reaches) for i, node in enumerate(dag.nodes)):
         return None
-    return [0.0 if value is None else value for value in earliest]
+    return [0.0 if end == -math.inf else end - weight[i] for i, end in enumerate(ends)]
+
+
+def _heaviest_ends(dag: TrainingDAG, weight: Sequence[float], starts: set[int]) -> list[float]:
+    """Per node, the heaviest chain of data dependencies (``after``) within one iteration from any of
+    ``starts`` to its end, node ``i`` taking ``weight[i]`` (-inf where no chain from them reaches it)."""
+    longest = [-math.inf] * len(dag.nodes)
+    for i in dag.order:
+        before = max((longest[dag.index[b]] for b in dag.nodes[i].after), default=-math.inf)
+        if i in starts:
+            before = max(before, 0.0)
+        if before > -math.inf:
+            longest[i] = before + weight[i]
+    return longest
 
 
 def _nics_text(parts: frozenset[int], direction: str) -> str:
@@ -476,15 +483,7 @@ def cycle_seconds(dag: TrainingDAG, weight: Sequence[float]) -> float:
     position = {c: k for k, c in enumerate(carriers)}
     chain = [[-math.inf] * len(carriers) for _ in carriers]   # chain[s][t]: heaviest heads(s) ~> t in one iteration
     for s in carriers:
-        longest = [-math.inf] * len(dag.nodes)
-        starts = set(heads[s])
-        for i in dag.order:
-            node = dag.nodes[i]
-            before = max((longest[dag.index[b]] for b in node.after), default=-math.inf)
-            if i in starts:
-                before = max(before, 0.0)
-            if before > -math.inf:
-                longest[i] = before + weight[i]
+        longest = _heaviest_ends(dag, weight, set(heads[s]))
         for t in carriers:
             chain[position[s]][position[t]] = longest[t]
     return max(0.0, max_cycle_mean(chain))
