@@ -112,6 +112,14 @@ def options_for(op: Motif, topology: Topology, channels: Sequence[int] | None = 
     return out
 
 
+def library_option(op: Motif, topology: Topology) -> Option:
+    """``op``'s default option, :func:`options_for`'s first: its base decomposition whole on channel 0,
+    what a communication library runs unless told otherwise (how passthrough is priced, and the one
+    option of an op no plan can carry)."""
+    base, build = _bases(op, topology, ())[0]
+    return Option(f"{base}@ch0", on_channel(build(op), 0))
+
+
 def _bases(op: Motif, topology: Topology, programs: Sequence[Composition]) -> list[tuple[str, object]]:
     p = len(op.ranks)
     if op.kind is Collective.ALL_REDUCE:

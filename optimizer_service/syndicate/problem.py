@@ -52,12 +52,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from optimizer_service.errors import InvalidInputError
-from optimizer_service.hardware.topology import Topology
 from optimizer_service.plan.motif import Composition, Motif
 from optimizer_service.syndicate import native_scheduler
 from optimizer_service.syndicate.dag import TrainingDAG, lower_composition
 from optimizer_service.syndicate.motif_cost import MotifCostModel
-from optimizer_service.syndicate.options import Option, options_for, p2_programs
+from optimizer_service.syndicate.options import Option, library_option, options_for, p2_programs
 from optimizer_service.syndicate.scheduler import LANE_STRIDE, Graph, Policy, lane_channel, stream_channel
 
 #: Iterations unrolled, and how many of them are warm-up, for the steady state.
@@ -114,14 +113,6 @@ class Evaluation:
     graph: Graph
 
 
-def library_options(op: Motif, topology: Topology) -> list[Option]:
-    """The one option of an op no plan can carry (its node's ``passthrough``): the inner
-    backend's own algorithm, whole, on the first channel (the NIC the backend was given), as
-    passthrough is priced. Offering it the others would let the search take a faster one that
-    the exported plan leaves out (:mod:`.plan_export` skips the node) and so under-price the plan."""
-    return options_for(op, topology, topology.channels[:1])[:1]
-
-
 class Problem:
     """A DAG, its options, and everything needed to price a choice of options."""
 
@@ -139,7 +130,9 @@ class Problem:
             key = (op, tuple(channels) if channels is not None else None, passed)
             if key not in built:
                 if passed:
-                    options = library_options(op, cost.topology)
+                    # The export leaves the op to the inner backend (:mod:`.plan_export`): any other
+                    # option would price the plan below what runs.
+                    options = [library_option(op, cost.topology)]
                 else:
                     programs = p2_programs(op, cost.topology) if with_programs else []
                     options = options_for(op, cost.topology, channels, programs)

@@ -139,7 +139,7 @@ from optimizer_service.plan.plan import Plan
 from optimizer_service.plan.trace import COMM_KINDS
 from optimizer_service.syndicate.library_ops import library_op, reduce_scatter_by_all_reduce
 from optimizer_service.syndicate.motif_cost import DEFAULT_DISPATCH_SECONDS, MotifCostModel, crosses_nodes
-from optimizer_service.syndicate.options import options_for
+from optimizer_service.syndicate.options import library_option
 from optimizer_service.syndicate.problem import template_of
 
 #: Samples a channel (or the host) needs before its values are fitted.
@@ -776,7 +776,7 @@ def _library_default(terms: _Terms, kind: str, nbytes: int, group: tuple[int, ..
     blocks = len(group) if collective is Collective.ALL_TO_ALL else 1
     op = library_op(comm_op(collective, group, -(-nbytes // (element_bytes(known) * blocks)), element_bytes(known)),
                     by_all_reduce)
-    plan = options_for(op, terms.topology, (0,))[0].plan
+    plan = library_option(op, terms.topology).plan
     latency = template_of(plan, terms.latency.step_seconds)
     transfer = template_of(plan, terms.transfer.step_seconds)
     chain: list[int] = []

@@ -28,7 +28,7 @@ Our readings of a trace (its ops in program order ``o_0 .. o_{K-1}``):
   (:func:`optimizer_service.plan.trace.passthrough_reason`), as the inner
   backend runs them (:func:`~optimizer_service.syndicate.library_ops.library_op`:
   on gloo a ReduceScatter is an AllReduce of its input), and the search offers
-  each no option but that one (:func:`~optimizer_service.syndicate.problem.library_options`).
+  each no option but that one (:func:`~optimizer_service.syndicate.options.library_option`).
 * **Other ops** (barrier, send/recv, gather, scatter, coalesced ops, ...)
   cannot be decomposed: each is a compute node ``kind#k`` whose time is its
   measured duration (``completed - issued``, 0 if it never completed), in its

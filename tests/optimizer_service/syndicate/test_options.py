@@ -7,7 +7,7 @@ from optimizer_service.catalog import load_topology
 from optimizer_service.plan.collective import Collective
 from optimizer_service.plan.motif import comm_op, motifs_of
 from optimizer_service.plan.numeric import execute
-from optimizer_service.syndicate.options import SEGMENTS, options_for, p2_programs
+from optimizer_service.syndicate.options import SEGMENTS, library_option, options_for, p2_programs
 from optimizer_service.syndicate.transforms import moved_elements
 
 TOPOLOGY = load_topology("hgx2-4n")     # 4 nodes x 8, two channels
@@ -31,6 +31,13 @@ def test_every_option_reaches_the_collectives_result(kind):
         got = execute(option.plan, data)
         for r in ranks:
             assert np.array_equal(got[r], expected[r]), (option.name, r)
+
+
+@pytest.mark.parametrize("kind", list(Collective))
+def test_the_library_option_is_every_ops_first(kind):
+    op = comm_op(kind, tuple(range(16)), 64, 2)
+    first = options_for(op, TOPOLOGY)[0]
+    assert library_option(op, TOPOLOGY) == first and first.channel == "ch0" and first.segments == 1
 
 
 def test_all_reduce_families_segments_and_channels():
